@@ -1,0 +1,89 @@
+# mlxr — top-level build. `make` builds, `make test` runs everything CI runs.
+CC      ?= cc
+BUILD   ?= build
+PYENV   ?= $(HOME)/.cache/mlxr
+WERROR  ?= -Werror
+OPT     ?= -O2
+CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g -pthread \
+	-Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes $(WERROR) \
+	-I. $(EXTRA_CFLAGS)
+CFLAGS  = $(OPT) $(CFLAGS_COMMON)
+LDLIBS  = -lm -pthread $(EXTRA_LDLIBS)
+
+# Per-ISA kernel files are compiled with their ISA flags; everything else is
+# portable. Runtime dispatch (kernels_best) picks among them.
+AVX2_FLAGS   = -mavx2 -mfma -mf16c
+AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
+
+LIB_SRC = $(wildcard common/*.c) $(wildcard kernels/cpu/*.c) \
+	$(wildcard worker/*.c) $(filter-out broker/main.c,$(wildcard broker/*.c))
+LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_SRC = $(wildcard tests/unit/test_*.c)
+TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps pyenv fixtures test unit-test py-test asan demo clean
+all: $(BUILD)/mlxr $(TEST_BIN)
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libmlxr.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/mlxr: $(BUILD)/obj/broker/main.o $(BUILD)/libmlxr.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libmlxr.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# System packages (Debian 12, as root; idempotent).
+deps:
+	./tests/deps.sh
+
+# Python references (mlx, mlx-lm, tokenizers, transformers, gguf, openai) in
+# a virtual environment cached outside the repository.
+pyenv:
+	./tests/pyenv.sh $(PYENV)
+
+# Real and random-weight MLX model directories + mlx-lm references, cached
+# outside the repository, keyed by content hash.
+fixtures: pyenv $(BUILD)/mlxr
+	$(PYENV)/venv/bin/python tests/fixtures.py
+
+unit-test: $(TEST_BIN)
+	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t; done
+
+py-test: fixtures $(BUILD)/mlxr
+	MLXR=$(abspath $(BUILD)/mlxr) $(PYENV)/venv/bin/python -m pytest -q tests/py
+
+# Unit tests and the GGUF/safetensors hostile-input tests under ASan+UBSan.
+asan:
+	$(MAKE) BUILD=build-asan CC=clang OPT="-O1 -fno-omit-frame-pointer" \
+		EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all" \
+		EXTRA_LDLIBS="-fsanitize=address,undefined" all unit-test
+
+test: deps pyenv
+	$(MAKE) all
+	$(MAKE) unit-test
+	$(MAKE) py-test
+	$(MAKE) asan
+
+# Everything a newcomer needs, then an answer from the default model.
+demo: deps pyenv
+	$(MAKE) all
+	$(PYENV)/venv/bin/python tests/fixtures.py --only smollm2
+	$(BUILD)/mlxr run HuggingFaceTB/SmolLM2-135M-Instruct "What is the capital of France?"
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,9 @@
+/* broker/cmds.h — one entry point per CLI verb: cmd_<verb>(argc, argv),
+ * argv[0] is the verb. Returns the process exit status (0 ok, 1 error,
+ * 2 usage). Only these and main() may print for the user. */
+#ifndef MLXR_CMDS_H
+#define MLXR_CMDS_H
+
+int cmd_import(int argc, char **argv);
+
+#endif

@@ -1,0 +1,46 @@
+/* broker/main.c — the mlxr CLI: dispatches a verb to its cmd_* function. */
+#include <stdio.h>
+#include <string.h>
+
+#include "broker/cmds.h"
+
+#define MLXR_VERSION "0.1.0"
+
+struct verb {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *help;
+};
+
+static const struct verb verbs[] = {
+	{ "import", cmd_import, "import FILE.gguf [NAME]   convert a GGUF file into an MLX model in the store" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: mlxr VERB [ARGS]\n\nverbs:\n");
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		fprintf(f, "  %s\n", verbs[i].help);
+	fprintf(f, "\n  mlxr --version\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+		printf("mlxr %s\n", MLXR_VERSION);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help") || !strcmp(argv[1], "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		if (!strcmp(argv[1], verbs[i].name))
+			return verbs[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "mlxr: unknown verb '%s' (mlxr --help lists them)\n", argv[1]);
+	return 2;
+}
