@@ -1,0 +1,386 @@
+/* common/safetensors.c — see safetensors.h. */
+#include "common/safetensors.h"
+#include "common/json.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const struct { const char *name; size_t size; } dtypes[ST_DTYPE_COUNT] = {
+	[ST_F64] = { "F64", 8 }, [ST_F32] = { "F32", 4 }, [ST_F16] = { "F16", 2 }, [ST_BF16] = { "BF16", 2 },
+	[ST_I64] = { "I64", 8 }, [ST_I32] = { "I32", 4 }, [ST_I16] = { "I16", 2 }, [ST_I8] = { "I8", 1 },
+	[ST_U64] = { "U64", 8 }, [ST_U32] = { "U32", 4 }, [ST_U16] = { "U16", 2 }, [ST_U8] = { "U8", 1 },
+	[ST_BOOL] = { "BOOL", 1 },
+};
+
+size_t st_dtype_size(st_dtype dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[dt].size : 0; }
+const char *st_dtype_name(st_dtype dt) { return (unsigned)dt < ST_DTYPE_COUNT ? dtypes[dt].name : "?"; }
+
+uint64_t st_numel(const st_tensor *t)
+{
+	uint64_t n = 1;
+	for (int i = 0; i < t->ndim; i++)
+		n *= (uint64_t)t->shape[i]; /* validated not to overflow at parse time */
+	return n;
+}
+
+static const char *base_name(const char *p)
+{
+	const char *s = strrchr(p, '/');
+	return s ? s + 1 : p;
+}
+
+static int cmp_span(const void *a, const void *b)
+{
+	const st_tensor *x = *(st_tensor * const *)a, *y = *(st_tensor * const *)b;
+	if (x->data != y->data)
+		return x->data < y->data ? -1 : 1;
+	return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+int st_parse_file(st_set *set, int shard, const char *fname, const uint8_t *buf, size_t size,
+		  char *err, size_t errlen)
+{
+	json_doc doc = { 0 };
+	char jerr[160];
+	size_t first = set->ntensors;
+	const char *f = base_name(fname);
+
+	if (size < 8) {
+		snprintf(err, errlen, "%s: file is %zu bytes, shorter than the 8-byte header length", f, size);
+		return -1;
+	}
+	uint64_t hlen = 0;
+	for (int i = 7; i >= 0; i--)
+		hlen = (hlen << 8) | buf[i];
+	if (hlen > ST_MAX_HEADER || hlen > size - 8) {
+		snprintf(err, errlen, "%s: header length %llu exceeds %s", f, (unsigned long long)hlen,
+			 hlen > ST_MAX_HEADER ? "the 100 MB limit" : "the file size");
+		return -1;
+	}
+	if (json_parse((const char *)buf + 8, hlen, &doc, jerr, sizeof(jerr))) {
+		snprintf(err, errlen, "%s: header is not valid JSON (%s)", f, jerr);
+		return -1;
+	}
+	const uint8_t *data = buf + 8 + hlen;
+	uint64_t dsize = size - 8 - hlen;
+	const json_value *root = doc.root;
+	if (root->type != JSON_OBJECT) {
+		snprintf(err, errlen, "%s: header is not a JSON object", f);
+		goto fail;
+	}
+	/* <= 65536 tensors in a set: the largest real checkpoints have < 10k,
+	 * and the cap bounds the duplicate check below. */
+	if (root->n > 65536 || set->ntensors + root->n > 65536) {
+		snprintf(err, errlen, "%s: more than 65536 tensors", f);
+		goto fail;
+	}
+	st_tensor *nt = realloc(set->tensors, (set->ntensors + root->n) * sizeof(st_tensor));
+	if (!nt && root->n) {
+		snprintf(err, errlen, "%s: out of memory", f);
+		goto fail;
+	}
+	set->tensors = nt;
+	for (uint32_t i = 0; i < root->n; i++) {
+		const json_value *k = &root->items[2 * i], *v = &root->items[2 * i + 1];
+		if (!strcmp(k->str, "__metadata__")) {
+			if (v->type != JSON_OBJECT) {
+				snprintf(err, errlen, "%s: __metadata__ is not an object", f);
+				goto fail;
+			}
+			continue;
+		}
+		if (k->n == 0 || k->n >= ST_MAX_NAME || memchr(k->str, 0, k->n)) {
+			snprintf(err, errlen, "%s: tensor name of %u bytes is empty, too long or has a NUL", f, k->n);
+			goto fail;
+		}
+		const char *dt = NULL;
+		const json_value *shape = json_get(v, "shape"), *offs = json_get(v, "data_offsets");
+		if (v->type != JSON_OBJECT || json_get_str(v, "dtype", &dt) != 0 || !shape ||
+		    shape->type != JSON_ARRAY || !offs || offs->type != JSON_ARRAY || offs->n != 2) {
+			snprintf(err, errlen, "%s: tensor %s: needs dtype, shape and data_offsets [begin, end]", f, k->str);
+			goto fail;
+		}
+		st_tensor t = { 0 };
+		t.dtype = ST_DTYPE_COUNT;
+		for (int d = 0; d < ST_DTYPE_COUNT; d++)
+			if (!strcmp(dt, dtypes[d].name))
+				t.dtype = (st_dtype)d;
+		if (t.dtype == ST_DTYPE_COUNT) {
+			snprintf(err, errlen, "%s: tensor %s: unknown dtype '%.16s'", f, k->str, dt);
+			goto fail;
+		}
+		if (shape->n > ST_MAX_DIMS) {
+			snprintf(err, errlen, "%s: tensor %s: rank %u exceeds %d", f, k->str, shape->n, ST_MAX_DIMS);
+			goto fail;
+		}
+		t.ndim = (int)shape->n;
+		uint64_t numel = 1;
+		for (uint32_t d = 0; d < shape->n; d++) {
+			const json_value *e = &shape->items[d];
+			if (e->type != JSON_NUMBER || !e->is_int || e->i < 0) {
+				snprintf(err, errlen, "%s: tensor %s: dimension %u is not a non-negative integer", f, k->str, d);
+				goto fail;
+			}
+			t.shape[d] = e->i;
+			if (e->i && numel > UINT64_MAX / (uint64_t)e->i) {
+				snprintf(err, errlen, "%s: tensor %s: element count overflows", f, k->str);
+				goto fail;
+			}
+			numel *= (uint64_t)e->i;
+		}
+		size_t es = dtypes[t.dtype].size;
+		if (numel > UINT64_MAX / es) {
+			snprintf(err, errlen, "%s: tensor %s: byte size overflows", f, k->str);
+			goto fail;
+		}
+		const json_value *b = &offs->items[0], *e = &offs->items[1];
+		if (b->type != JSON_NUMBER || !b->is_int || b->i < 0 || e->type != JSON_NUMBER || !e->is_int ||
+		    e->i < b->i) {
+			snprintf(err, errlen, "%s: tensor %s: data_offsets are not 0 <= begin <= end", f, k->str);
+			goto fail;
+		}
+		if ((uint64_t)e->i > dsize) {
+			snprintf(err, errlen, "%s: tensor %s: data ends at %lld, past the %llu data bytes of the file",
+				 f, k->str, (long long)e->i, (unsigned long long)dsize);
+			goto fail;
+		}
+		if ((uint64_t)(e->i - b->i) != numel * es) {
+			snprintf(err, errlen, "%s: tensor %s: data_offsets span %lld bytes but %s%s needs %llu",
+				 f, k->str, (long long)(e->i - b->i), dt, " of that shape", (unsigned long long)(numel * es));
+			goto fail;
+		}
+		if (st_find(set, k->str)) {
+			snprintf(err, errlen, "%s: tensor %s appears twice", f, k->str);
+			goto fail;
+		}
+		t.name = strdup(k->str);
+		if (!t.name) {
+			snprintf(err, errlen, "%s: out of memory", f);
+			goto fail;
+		}
+		t.shard = shard;
+		t.data = data + b->i;
+		t.nbytes = numel * es;
+		set->tensors[set->ntensors++] = t;
+		set->total_bytes += t.nbytes;
+	}
+	/* No overlaps: sort this file's spans and check neighbours. */
+	size_t cnt = set->ntensors - first;
+	if (cnt > 1) {
+		st_tensor **ord = malloc(cnt * sizeof(*ord));
+		if (!ord) {
+			snprintf(err, errlen, "%s: out of memory", f);
+			goto fail;
+		}
+		for (size_t i = 0; i < cnt; i++)
+			ord[i] = &set->tensors[first + i];
+		qsort(ord, cnt, sizeof(*ord), cmp_span);
+		for (size_t i = 1; i < cnt; i++) {
+			if (ord[i - 1]->data + ord[i - 1]->nbytes > ord[i]->data && ord[i]->nbytes && ord[i - 1]->nbytes) {
+				snprintf(err, errlen, "%s: tensors %s and %s overlap", f, ord[i - 1]->name, ord[i]->name);
+				free(ord);
+				goto fail;
+			}
+		}
+		free(ord);
+	}
+	json_free(&doc);
+	return 0;
+fail:
+	json_free(&doc);
+	return -1;
+}
+
+const st_tensor *st_find(const st_set *set, const char *name)
+{
+	for (size_t i = 0; i < set->ntensors; i++)
+		if (!strcmp(set->tensors[i].name, name))
+			return &set->tensors[i];
+	return NULL;
+}
+
+static int add_shard(st_set *set, const char *dir, const char *fname, char *err, size_t errlen)
+{
+	if (set->nshards >= ST_MAX_SHARDS) {
+		snprintf(err, errlen, "%s: more than %d shards", fname, ST_MAX_SHARDS);
+		return -1;
+	}
+	for (int i = 0; i < set->nshards; i++)
+		if (!strcmp(base_name(set->shards[i].path), fname))
+			return 0; /* listed by several index entries */
+	st_shard *ns = realloc(set->shards, (set->nshards + 1) * sizeof(st_shard));
+	if (!ns) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	set->shards = ns;
+	st_shard *s = &set->shards[set->nshards];
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	size_t pl = strlen(dir) + strlen(fname) + 2;
+	s->path = malloc(pl);
+	if (!s->path) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	snprintf(s->path, pl, "%s/%s", dir, fname);
+	set->nshards++;
+	s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (s->fd < 0 || fstat(s->fd, &st) || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: cannot open as a regular file", fname);
+		return -1;
+	}
+	s->size = (size_t)st.st_size;
+	if (s->size) {
+		void *m = mmap(NULL, s->size, PROT_READ, MAP_PRIVATE, s->fd, 0);
+		if (m == MAP_FAILED) {
+			snprintf(err, errlen, "%s: cannot map", fname);
+			return -1;
+		}
+		s->map = m;
+	}
+	return st_parse_file(set, set->nshards - 1, fname, s->map, s->size, err, errlen);
+}
+
+static int read_small(const char *path, char **out, size_t *len, size_t cap)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return -1;
+	char *b = malloc(cap + 1);
+	size_t n = b ? fread(b, 1, cap + 1, f) : 0;
+	fclose(f);
+	if (!b || n > cap) {
+		free(b);
+		return -2;
+	}
+	b[n] = 0;
+	*out = b;
+	*len = n;
+	return 0;
+}
+
+static int safe_shard_name(const char *n)
+{
+	size_t l = strlen(n);
+	return l > 12 && l < 256 && !strchr(n, '/') && n[0] != '.' && !strcmp(n + l - 12, ".safetensors");
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char * const *)a, *(char * const *)b);
+}
+
+int st_open_dir(st_set *set, const char *dir, char *err, size_t errlen)
+{
+	char path[4096];
+	char *idx = NULL;
+	size_t idxlen = 0;
+	json_doc doc = { 0 };
+	memset(set, 0, sizeof(*set));
+	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+	int r = read_small(path, &idx, &idxlen, 64u << 20); /* index <= 64 MB: real ones are ~100 KB */
+	if (r == -2) {
+		snprintf(err, errlen, "model.safetensors.index.json: larger than 64 MB");
+		return -1;
+	}
+	if (r == 0) {
+		char jerr[160];
+		if (json_parse(idx, idxlen, &doc, jerr, sizeof(jerr))) {
+			snprintf(err, errlen, "model.safetensors.index.json: not valid JSON (%s)", jerr);
+			goto fail;
+		}
+		const json_value *wm = json_get(doc.root, "weight_map");
+		if (!wm || wm->type != JSON_OBJECT) {
+			snprintf(err, errlen, "model.safetensors.index.json: no weight_map object");
+			goto fail;
+		}
+		for (uint32_t i = 0; i < wm->n; i++) {
+			const json_value *v = &wm->items[2 * i + 1];
+			if (v->type != JSON_STRING || !safe_shard_name(v->str)) {
+				snprintf(err, errlen, "model.safetensors.index.json: tensor %s: shard name is not a plain *.safetensors file name",
+					 wm->items[2 * i].str);
+				goto fail;
+			}
+			if (add_shard(set, dir, v->str, err, errlen))
+				goto fail;
+		}
+		/* Every tensor listed must be in the shard the index names. */
+		for (uint32_t i = 0; i < wm->n; i++) {
+			const st_tensor *t = st_find(set, wm->items[2 * i].str);
+			if (!t || strcmp(base_name(set->shards[t->shard].path), wm->items[2 * i + 1].str)) {
+				snprintf(err, errlen, "model.safetensors.index.json: tensor %s is not in %s",
+					 wm->items[2 * i].str, wm->items[2 * i + 1].str);
+				goto fail;
+			}
+		}
+		if (set->ntensors != wm->n) {
+			snprintf(err, errlen, "model.safetensors.index.json: shards hold %zu tensors, the index lists %u",
+				 set->ntensors, wm->n);
+			goto fail;
+		}
+	} else {
+		DIR *d = opendir(dir);
+		if (!d) {
+			snprintf(err, errlen, "%s: cannot open directory", dir);
+			return -1;
+		}
+		char **names = NULL;
+		size_t nn = 0;
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			if (!safe_shard_name(e->d_name))
+				continue;
+			char **t = realloc(names, (nn + 1) * sizeof(char *));
+			if (!t) break;
+			names = t;
+			names[nn] = strdup(e->d_name);
+			if (names[nn]) nn++;
+		}
+		closedir(d);
+		qsort(names, nn, sizeof(char *), name_cmp);
+		int bad = 0;
+		for (size_t i = 0; i < nn && !bad; i++)
+			bad = add_shard(set, dir, names[i], err, errlen);
+		for (size_t i = 0; i < nn; i++)
+			free(names[i]);
+		free(names);
+		if (bad)
+			goto fail;
+		if (!nn) {
+			snprintf(err, errlen, "%s: no *.safetensors file", dir);
+			goto fail;
+		}
+	}
+	json_free(&doc);
+	free(idx);
+	return 0;
+fail:
+	json_free(&doc);
+	free(idx);
+	st_close(set);
+	return -1;
+}
+
+void st_close(st_set *set)
+{
+	for (size_t i = 0; i < set->ntensors; i++)
+		free(set->tensors[i].name);
+	free(set->tensors);
+	for (int i = 0; i < set->nshards; i++) {
+		if (set->shards[i].map)
+			munmap((void *)set->shards[i].map, set->shards[i].size);
+		if (set->shards[i].fd >= 0)
+			close(set->shards[i].fd);
+		free(set->shards[i].path);
+	}
+	free(set->shards);
+	memset(set, 0, sizeof(*set));
+}

@@ -1,0 +1,74 @@
+/* common/safetensors.h — bounded reader of safetensors files and sharded
+ * model directories (https://github.com/huggingface/safetensors, format:
+ * u64 little-endian header length N, N bytes of JSON, then the data).
+ *
+ * Contract:
+ *  - st_open_dir() maps every shard read-only and validates all headers
+ *    before returning: header length <= ST_MAX_HEADER and inside the file,
+ *    JSON well-formed, dtype known, rank <= ST_MAX_DIMS, every dimension
+ *    >= 0, element count * element size computed with overflow checks and
+ *    equal to the data_offsets span, every span inside the file's data
+ *    section, no two tensors overlapping, no name repeated across shards,
+ *    and (sharded) the index's weight_map agreeing with the shards.
+ *  - A rejection fills err with one line naming the file, the tensor and
+ *    the rule, and returns -1; nothing stays open.
+ *  - Tensor data pointers are NOT aligned (MLX does not align tensors).
+ *  - st_close() unmaps everything. The set owns all memory.
+ */
+#ifndef MLXR_SAFETENSORS_H
+#define MLXR_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ST_MAX_HEADER (100u << 20) /* 100 MB: the largest real header is a few MB */
+#define ST_MAX_DIMS 8
+#define ST_MAX_SHARDS 256          /* the largest public checkpoints have < 200 */
+#define ST_MAX_NAME 512
+
+typedef enum {
+	ST_F64, ST_F32, ST_F16, ST_BF16,
+	ST_I64, ST_I32, ST_I16, ST_I8,
+	ST_U64, ST_U32, ST_U16, ST_U8,
+	ST_BOOL,
+	ST_DTYPE_COUNT
+} st_dtype;
+
+typedef struct {
+	char *name;
+	st_dtype dtype;
+	int ndim;
+	int64_t shape[ST_MAX_DIMS];
+	int shard;          /* index into the set's shards */
+	const uint8_t *data; /* inside the shard's mapping; unaligned */
+	uint64_t nbytes;
+} st_tensor;
+
+typedef struct {
+	char *path;
+	int fd;
+	const uint8_t *map;
+	size_t size;
+} st_shard;
+
+typedef struct {
+	st_shard *shards;
+	int nshards;
+	st_tensor *tensors;
+	size_t ntensors;
+	uint64_t total_bytes; /* sum of tensor data bytes */
+} st_set;
+
+int st_open_dir(st_set *set, const char *dir, char *err, size_t errlen);
+/* Validates one in-memory file (used by st_open_dir and the fuzz harness):
+ * appends its tensors to set with shard index `shard`. */
+int st_parse_file(st_set *set, int shard, const char *fname, const uint8_t *buf, size_t size,
+		  char *err, size_t errlen);
+const st_tensor *st_find(const st_set *set, const char *name);
+void st_close(st_set *set);
+
+size_t st_dtype_size(st_dtype dt);
+const char *st_dtype_name(st_dtype dt);
+uint64_t st_numel(const st_tensor *t);
+
+#endif
