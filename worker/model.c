@@ -1,0 +1,488 @@
+/* worker/model.c — binds validated safetensors to a model and runs the
+ * forward pass. The forward pass reads top to bottom (llama2.c style); each
+ * architecture difference is a flag in model_config. */
+#include "worker/model.h"
+#include "common/json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *read_file(const char *path, size_t cap, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *b = malloc(cap + 1);
+	size_t n = b ? fread(b, 1, cap + 1, f) : 0;
+	fclose(f);
+	if (!b || n > cap) {
+		free(b);
+		return NULL;
+	}
+	b[n] = 0;
+	*len = n;
+	return b;
+}
+
+/* ---- quantization block ---- */
+
+typedef struct {
+	const json_value *q; /* the "quantization" object or NULL */
+} qcfg;
+
+/* Expected (bits, group) for a module path: per-layer override, else the
+ * default; bits 0 when the module is not quantized. */
+static int qcfg_for(const qcfg *qc, const char *path, int *bits, int *gs, char *err, size_t errlen)
+{
+	*bits = 0;
+	*gs = 0;
+	if (!qc->q)
+		return 0;
+	const json_value *ov = json_get(qc->q, path);
+	const json_value *src = qc->q;
+	if (ov) {
+		if (ov->type == JSON_FALSE)
+			return 0;
+		if (ov->type != JSON_OBJECT) {
+			snprintf(err, errlen, "config.json: quantization.%s must be an object or false", path);
+			return -1;
+		}
+		src = ov;
+	}
+	int64_t b, g;
+	if (json_get_int(src, "bits", &b) != 0 || json_get_int(src, "group_size", &g) != 0) {
+		snprintf(err, errlen, "config.json: quantization%s%s needs integer bits and group_size",
+			 ov ? "." : "", ov ? path : "");
+		return -1;
+	}
+	if (!(b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8) || !(g == 32 || g == 64 || g == 128)) {
+		snprintf(err, errlen, "config.json: quantization%s%s: bits %lld / group_size %lld unsupported "
+			 "(bits 2,3,4,5,6,8; group 32,64,128)", ov ? "." : "", ov ? path : "", (long long)b, (long long)g);
+		return -1;
+	}
+	*bits = (int)b;
+	*gs = (int)g;
+	return 0;
+}
+
+static int dtype_k(st_dtype d, kdtype *out)
+{
+	switch (d) {
+	case ST_F32: *out = KDT_F32; return 0;
+	case ST_F16: *out = KDT_F16; return 0;
+	case ST_BF16: *out = KDT_BF16; return 0;
+	default: return -1;
+	}
+}
+
+static const char *shard_of(const model *m, const st_tensor *t)
+{
+	const char *p = m->st.shards[t->shard].path;
+	const char *s = strrchr(p, '/');
+	return s ? s + 1 : p;
+}
+
+/* Binds module `path` (e.g. model.layers.3.self_attn.q_proj) as a
+ * [rows][cols] matrix, dense or quantized, and checks every shape. */
+static int bind_matrix(model *m, const qcfg *qc, const char *path, int rows, int cols, kq_matrix *out,
+		       char *err, size_t errlen)
+{
+	char n[600];
+	snprintf(n, sizeof(n), "%s.weight", path);
+	const st_tensor *w = st_find(&m->st, n);
+	if (!w) {
+		snprintf(err, errlen, "tensor %s: missing (the %s architecture needs it)", n, m->cfg.model_type);
+		return -1;
+	}
+	snprintf(n, sizeof(n), "%s.scales", path);
+	const st_tensor *s = st_find(&m->st, n);
+	snprintf(n, sizeof(n), "%s.biases", path);
+	const st_tensor *b = st_find(&m->st, n);
+	int ebits, egs;
+	if (qcfg_for(qc, path, &ebits, &egs, err, errlen))
+		return -1;
+	memset(out, 0, sizeof(*out));
+	out->rows = rows;
+	out->cols = cols;
+	if (!s) {
+		if (ebits && qc->q && json_get(qc->q, path)) {
+			snprintf(err, errlen, "%s: tensor %s.weight: config quantizes it but there are no scales",
+				 shard_of(m, w), path);
+			return -1;
+		}
+		if (dtype_k(w->dtype, &out->wdt) || w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols) {
+			snprintf(err, errlen, "%s: tensor %s.weight: expected %s [%d, %d] (f32/f16/bf16), found %s rank %d "
+				 "[%lld, %lld]", shard_of(m, w), path, "dense", rows, cols, st_dtype_name(w->dtype),
+				 w->ndim, (long long)w->shape[0], (long long)(w->ndim > 1 ? w->shape[1] : 0));
+			return -1;
+		}
+		out->w = w->data;
+		return 0;
+	}
+	if (!b) {
+		snprintf(err, errlen, "%s: tensor %s.scales has no matching %s.biases", shard_of(m, s), path, path);
+		return -1;
+	}
+	if (w->dtype != ST_U32 || w->ndim != 2 || w->shape[0] != rows || s->ndim != 2 || s->shape[0] != rows ||
+	    b->ndim != 2 || b->shape[0] != rows || s->shape[1] != b->shape[1] || s->dtype != b->dtype ||
+	    dtype_k(s->dtype, &out->sdt) || s->shape[1] == 0) {
+		snprintf(err, errlen, "%s: tensor %s: quantized weight must be U32 [%d, packed], scales and biases "
+			 "[%d, groups] of one float dtype", shard_of(m, w), path, rows, rows);
+		return -1;
+	}
+	/* bits = 32 * packed / cols; group = cols / groups (both exact). */
+	int64_t packed = w->shape[1], groups = s->shape[1];
+	if ((packed * 32) % cols || cols % groups) {
+		snprintf(err, errlen, "%s: tensor %s: packed width %lld and %lld groups do not divide %d input columns",
+			 shard_of(m, w), path, (long long)packed, (long long)groups, cols);
+		return -1;
+	}
+	int bits = (int)(packed * 32 / cols), gs = (int)(cols / groups);
+	if (!(bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8) ||
+	    !(gs == 32 || gs == 64 || gs == 128)) {
+		snprintf(err, errlen, "%s: tensor %s: shapes imply %d bits / group %d, unsupported", shard_of(m, w),
+			 path, bits, gs);
+		return -1;
+	}
+	if (!qc->q) {
+		snprintf(err, errlen, "%s: tensor %s is quantized but config.json has no quantization block",
+			 shard_of(m, w), path);
+		return -1;
+	}
+	if (bits != ebits || gs != egs) {
+		snprintf(err, errlen, "%s: tensor %s: %d bits / group %d in the file but config.json says %d / %d",
+			 shard_of(m, w), path, bits, gs, ebits, egs);
+		return -1;
+	}
+	out->bits = bits;
+	out->group_size = gs;
+	out->w = w->data;
+	out->scales = s->data;
+	out->biases = b->data;
+	return 0;
+}
+
+/* A 1-D float tensor of n values, copied to f32 (norms and biases are
+ * tiny; this is not a dequantized copy of a matrix). */
+static int bind_vec(model *m, const char *name, int n, float **out, char *err, size_t errlen)
+{
+	const st_tensor *t = st_find(&m->st, name);
+	kdtype dt;
+	if (!t) {
+		snprintf(err, errlen, "tensor %s: missing (the %s architecture needs it)", name, m->cfg.model_type);
+		return -1;
+	}
+	if (dtype_k(t->dtype, &dt) || t->ndim != 1 || t->shape[0] != n) {
+		snprintf(err, errlen, "%s: tensor %s: expected a float vector [%d], found %s rank %d", shard_of(m, t),
+			 name, n, st_dtype_name(t->dtype), t->ndim);
+		return -1;
+	}
+	*out = malloc(sizeof(float) * (size_t)n);
+	if (!*out) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (int i = 0; i < n; i++)
+		(*out)[i] = k_load(dt, t->data, (size_t)i);
+	return 0;
+}
+
+static uint64_t matrix_bytes(const kq_matrix *q)
+{
+	uint64_t n = (uint64_t)q->rows * (uint64_t)q->cols;
+	if (!q->bits)
+		return n * (q->wdt == KDT_F32 ? 4 : 2);
+	uint64_t groups = n / (uint64_t)q->group_size;
+	return n * (uint64_t)q->bits / 8 + groups * 2 * (q->sdt == KDT_F32 ? 4 : 2);
+}
+
+int model_load(model *m, const char *dir, char *err, size_t errlen)
+{
+	char path[4096];
+	size_t len;
+	json_doc doc = { 0 };
+	memset(m, 0, sizeof(*m));
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	char *cj = read_file(path, 4u << 20, &len); /* config.json <= 4 MB: real ones are < 10 KB */
+	if (!cj) {
+		snprintf(err, errlen, "%s: cannot read config.json (missing or larger than 4 MB)", dir);
+		return -1;
+	}
+	if (model_config_parse(&m->cfg, cj, len, err, errlen)) {
+		free(cj);
+		return -1;
+	}
+	char jerr[160];
+	if (json_parse(cj, len, &doc, jerr, sizeof(jerr))) { /* parsed once already: cannot fail */
+		snprintf(err, errlen, "config.json: %s", jerr);
+		goto fail;
+	}
+	qcfg qc = { json_get(doc.root, "quantization") };
+	if (!qc.q)
+		qc.q = json_get(doc.root, "quantization_config");
+	if (qc.q && qc.q->type != JSON_OBJECT) {
+		snprintf(err, errlen, "config.json: quantization is not an object");
+		goto fail;
+	}
+	if (qc.q && !json_get(qc.q, "bits"))
+		qc.q = NULL; /* e.g. a foreign quantization_config: shapes will reject it */
+	if (st_open_dir(&m->st, dir, err, errlen))
+		goto fail;
+
+	model_config *c = &m->cfg;
+	int H = c->hidden, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+	if (bind_matrix(m, &qc, "model.embed_tokens", c->vocab, H, &m->embed, err, errlen))
+		goto fail;
+	int has_head = st_find(&m->st, "lm_head.weight") != NULL;
+	if (c->arch == ARCH_GEMMA || c->arch == ARCH_GEMMA2)
+		c->tied = 1; /* mlx-lm: always the embedding */
+	else if (c->tied == -1)
+		c->tied = !has_head;
+	else if (!c->tied && !has_head) {
+		snprintf(err, errlen, "tensor lm_head.weight: missing although config.json says tie_word_embeddings false");
+		goto fail;
+	}
+	if (c->tied)
+		m->lm_head = m->embed;
+	else if (bind_matrix(m, &qc, "lm_head", c->vocab, H, &m->lm_head, err, errlen))
+		goto fail;
+	if (bind_vec(m, "model.norm.weight", H, &m->final_norm, err, errlen))
+		goto fail;
+	m->layers = calloc((size_t)c->n_layers, sizeof(layer_weights));
+	if (!m->layers) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < c->n_layers; i++) {
+		layer_weights *L = &m->layers[i];
+		char p[256], n[300];
+#define MAT(field, sub, rows, cols) \
+	(snprintf(p, sizeof(p), "model.layers.%d.%s", i, sub), bind_matrix(m, &qc, p, rows, cols, &L->field, err, errlen))
+#define VEC(field, sub, len) \
+	(snprintf(n, sizeof(n), "model.layers.%d.%s", i, sub), bind_vec(m, n, len, &L->field, err, errlen))
+		if (c->fused_qkv) {
+			if (MAT(q, "self_attn.qkv_proj", qd + 2 * kvd, H) || MAT(gate, "mlp.gate_up_proj", 2 * c->inter, H))
+				goto fail;
+		} else {
+			if (MAT(q, "self_attn.q_proj", qd, H) || MAT(k, "self_attn.k_proj", kvd, H) ||
+			    MAT(v, "self_attn.v_proj", kvd, H) || MAT(gate, "mlp.gate_proj", c->inter, H) ||
+			    MAT(up, "mlp.up_proj", c->inter, H))
+				goto fail;
+		}
+		if (MAT(o, "self_attn.o_proj", H, qd) || MAT(down, "mlp.down_proj", H, c->inter))
+			goto fail;
+		if (c->qkv_bias && (VEC(q_bias, "self_attn.q_proj.bias", qd) || VEC(k_bias, "self_attn.k_proj.bias", kvd) ||
+				    VEC(v_bias, "self_attn.v_proj.bias", kvd)))
+			goto fail;
+		if (c->o_bias && VEC(o_bias, "self_attn.o_proj.bias", H))
+			goto fail;
+		if (VEC(attn_norm, "input_layernorm.weight", H))
+			goto fail;
+		if (c->sandwich) {
+			if (VEC(post_attn_norm, "post_attention_layernorm.weight", H) ||
+			    VEC(ffn_norm, "pre_feedforward_layernorm.weight", H) ||
+			    VEC(post_ffn_norm, "post_feedforward_layernorm.weight", H))
+				goto fail;
+		} else if (VEC(ffn_norm, "post_attention_layernorm.weight", H)) {
+			goto fail;
+		}
+		if (c->qk_norm && (VEC(q_norm, "self_attn.q_norm.weight", hd) || VEC(k_norm, "self_attn.k_norm.weight", hd)))
+			goto fail;
+#undef MAT
+#undef VEC
+		m->decode_bytes += matrix_bytes(&L->q) + matrix_bytes(&L->k) + matrix_bytes(&L->v) +
+				   matrix_bytes(&L->o) + matrix_bytes(&L->gate) + matrix_bytes(&L->up) +
+				   matrix_bytes(&L->down);
+	}
+	m->decode_bytes += matrix_bytes(&m->lm_head) + (uint64_t)H * 4; /* + one embedding row, roughly */
+	m->weight_bytes = m->st.total_bytes;
+	json_free(&doc);
+	free(cj);
+	return 0;
+fail:
+	json_free(&doc);
+	free(cj);
+	model_free(m);
+	return -1;
+}
+
+void model_free(model *m)
+{
+	if (m->layers) {
+		for (int i = 0; i < m->cfg.n_layers; i++) {
+			layer_weights *L = &m->layers[i];
+			free(L->q_bias); free(L->k_bias); free(L->v_bias); free(L->o_bias);
+			free(L->attn_norm); free(L->ffn_norm); free(L->post_attn_norm); free(L->post_ffn_norm);
+			free(L->q_norm); free(L->k_norm);
+		}
+	}
+	free(m->layers);
+	free(m->final_norm);
+	st_close(&m->st);
+	model_config_free(&m->cfg);
+	memset(m, 0, sizeof(*m));
+}
+
+/* ---- state ---- */
+
+int model_state_init(model_state *s, const model *m, int ctx, int max_batch)
+{
+	const model_config *c = &m->cfg;
+	memset(s, 0, sizeof(*s));
+	if (ctx < 1 || max_batch < 1)
+		return -1;
+	s->ctx = ctx;
+	s->max_batch = max_batch;
+	size_t kv = (size_t)c->n_layers * (size_t)ctx * (size_t)c->n_kv_heads * (size_t)c->head_dim;
+	size_t B = (size_t)max_batch, H = (size_t)c->hidden;
+	size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+	size_t wide = H > qd ? H : qd;
+	s->k = malloc(kv * sizeof(float));
+	s->v = malloc(kv * sizeof(float));
+	s->x = malloc(B * H * sizeof(float));
+	s->xb = malloc(B * H * sizeof(float));
+	s->q = malloc(B * qd * sizeof(float));
+	s->kk = malloc(B * kvd * sizeof(float));
+	s->vv = malloc(B * kvd * sizeof(float));
+	s->att = malloc(B * qd * sizeof(float));
+	s->tmp = malloc(B * wide * sizeof(float));
+	s->gate = malloc(B * (size_t)c->inter * sizeof(float));
+	s->up = malloc(B * (size_t)c->inter * sizeof(float));
+	s->fused = c->fused_qkv ? malloc(B * (qd + 2 * kvd > 2 * (size_t)c->inter ? qd + 2 * kvd : 2 * (size_t)c->inter) * sizeof(float)) : NULL;
+	s->scores = malloc(B * (size_t)ctx * sizeof(float));
+	s->logits = malloc(B * (size_t)c->vocab * sizeof(float));
+	if (!s->k || !s->v || !s->x || !s->xb || !s->q || !s->kk || !s->vv || !s->att || !s->tmp || !s->gate ||
+	    !s->up || (c->fused_qkv && !s->fused) || !s->scores || !s->logits) {
+		model_state_free(s);
+		return -1;
+	}
+	return 0;
+}
+
+void model_state_free(model_state *s)
+{
+	free(s->k); free(s->v); free(s->x); free(s->xb); free(s->q); free(s->kk); free(s->vv);
+	free(s->att); free(s->tmp); free(s->gate); free(s->up); free(s->fused); free(s->scores); free(s->logits);
+	memset(s, 0, sizeof(*s));
+}
+
+/* ---- forward ---- */
+
+/* y[n][rows] = x[n][cols] W^T + bias: matvec for one token, GEMM for many. */
+static void linear(const kernel_table *K, const kq_matrix *w, const float *x, int n, const float *bias, float *y)
+{
+	if (n == 1)
+		K->matvec(w, x, bias, y);
+	else
+		K->matmul(w, x, n, bias, y);
+}
+
+static void softcap(float *x, size_t n, float cap)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = cap * tanhf(x[i] / cap);
+}
+
+int model_forward(const model *m, model_state *s, const int *tokens, int n, int all_logits)
+{
+	static const kernel_table *K;
+	if (!K)
+		K = kernels_best();
+	const model_config *c = &m->cfg;
+	const int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+	const int qd = nh * hd, kvd = nkv * hd, I = c->inter;
+	const int pos0 = s->pos;
+	if (n < 1 || n > s->max_batch || pos0 + n > s->ctx)
+		return -1;
+	for (int t = 0; t < n; t++) {
+		if (tokens[t] < 0 || tokens[t] >= c->vocab)
+			return -1;
+		K->embed(&m->embed, tokens[t], s->x + (size_t)t * H);
+		if (c->embed_scale != 1.0f)
+			for (int i = 0; i < H; i++)
+				s->x[(size_t)t * H + i] *= c->embed_scale;
+	}
+	for (int l = 0; l < c->n_layers; l++) {
+		const layer_weights *L = &m->layers[l];
+		float *kc = s->k + (size_t)l * s->ctx * kvd, *vc = s->v + (size_t)l * s->ctx * kvd;
+		const float *inv_freq = c->sliding[l] ? c->inv_freq_local : c->inv_freq;
+		/* attention block */
+		for (int t = 0; t < n; t++)
+			K->rmsnorm(s->x + (size_t)t * H, L->attn_norm, H, c->eps, c->norm_add_one, s->xb + (size_t)t * H);
+		if (c->fused_qkv) {
+			linear(K, &L->q, s->xb, n, NULL, s->fused);
+			for (int t = 0; t < n; t++) {
+				const float *f = s->fused + (size_t)t * (qd + 2 * kvd);
+				memcpy(s->q + (size_t)t * qd, f, sizeof(float) * qd);
+				memcpy(s->kk + (size_t)t * kvd, f + qd, sizeof(float) * kvd);
+				memcpy(s->vv + (size_t)t * kvd, f + qd + kvd, sizeof(float) * kvd);
+			}
+		} else {
+			linear(K, &L->q, s->xb, n, L->q_bias, s->q);
+			linear(K, &L->k, s->xb, n, L->k_bias, s->kk);
+			linear(K, &L->v, s->xb, n, L->v_bias, s->vv);
+		}
+		for (int t = 0; t < n; t++) {
+			float *q = s->q + (size_t)t * qd, *k = s->kk + (size_t)t * kvd;
+			if (c->qk_norm) {
+				for (int h = 0; h < nh; h++)
+					K->rmsnorm(q + h * hd, L->q_norm, hd, c->eps, c->norm_add_one, q + h * hd);
+				for (int h = 0; h < nkv; h++)
+					K->rmsnorm(k + h * hd, L->k_norm, hd, c->eps, c->norm_add_one, k + h * hd);
+			}
+			K->rope(q, nh, hd, c->rot_dim, pos0 + t, inv_freq, c->rope_mscale);
+			K->rope(k, nkv, hd, c->rot_dim, pos0 + t, inv_freq, c->rope_mscale);
+			memcpy(kc + (size_t)(pos0 + t) * kvd, k, sizeof(float) * kvd);
+			memcpy(vc + (size_t)(pos0 + t) * kvd, s->vv + (size_t)t * kvd, sizeof(float) * kvd);
+		}
+		K->attention(s->q, kc, vc, s->att, n, pos0, nh, nkv, hd, c->attn_scale,
+			     c->sliding[l] ? c->window : 0, c->attn_softcap, s->scores);
+		linear(K, &L->o, s->att, n, L->o_bias, s->tmp);
+		for (int t = 0; t < n; t++) {
+			float *x = s->x + (size_t)t * H, *r = s->tmp + (size_t)t * H;
+			if (c->sandwich)
+				K->rmsnorm(r, L->post_attn_norm, H, c->eps, c->norm_add_one, r);
+			for (int i = 0; i < H; i++)
+				x[i] += r[i];
+			K->rmsnorm(x, L->ffn_norm, H, c->eps, c->norm_add_one, s->xb + (size_t)t * H);
+		}
+		/* feed-forward block */
+		if (c->fused_qkv) {
+			linear(K, &L->gate, s->xb, n, NULL, s->fused);
+			for (int t = 0; t < n; t++) {
+				memcpy(s->gate + (size_t)t * I, s->fused + (size_t)t * 2 * I, sizeof(float) * I);
+				memcpy(s->up + (size_t)t * I, s->fused + (size_t)t * 2 * I + I, sizeof(float) * I);
+			}
+		} else {
+			linear(K, &L->gate, s->xb, n, NULL, s->gate);
+			linear(K, &L->up, s->xb, n, NULL, s->up);
+		}
+		if (c->act == 2) { /* exact GELU (gemma): not a hot path for real models */
+			for (size_t i = 0; i < (size_t)n * I; i++) {
+				float g = s->gate[i];
+				s->gate[i] = 0.5f * g * (1.0f + erff(g / sqrtf(2.0f))) * s->up[i];
+			}
+		} else {
+			K->glu(s->gate, s->up, n * I, c->act);
+		}
+		linear(K, &L->down, s->gate, n, NULL, s->tmp);
+		for (int t = 0; t < n; t++) {
+			float *x = s->x + (size_t)t * H, *r = s->tmp + (size_t)t * H;
+			if (c->sandwich)
+				K->rmsnorm(r, L->post_ffn_norm, H, c->eps, c->norm_add_one, r);
+			for (int i = 0; i < H; i++)
+				x[i] += r[i];
+		}
+	}
+	int first = all_logits ? 0 : n - 1, nout = n - first;
+	for (int t = first; t < n; t++)
+		K->rmsnorm(s->x + (size_t)t * H, m->final_norm, H, c->eps, c->norm_add_one, s->xb + (size_t)(t - first) * H);
+	linear(K, &m->lm_head, s->xb, nout, NULL, s->logits);
+	if (c->final_softcap > 0)
+		softcap(s->logits, (size_t)nout * c->vocab, c->final_softcap);
+	s->pos += n;
+	s->prefilled += (uint64_t)n;
+	return 0;
+}
