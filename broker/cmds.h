@@ -5,5 +5,6 @@
 #define MLXR_CMDS_H
 
 int cmd_import(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ struct verb {
 
 static const struct verb verbs[] = {
 	{ "import", cmd_import, "import FILE.gguf [NAME]   convert a GGUF file into an MLX model in the store" },
+	{ "eval", cmd_eval, "eval MODEL --ids \"1 2 3\" [--logits F] [--decode] [--generate N]   (developer) raw ids through the engine" },
 };
 
 static void usage(FILE *f)
