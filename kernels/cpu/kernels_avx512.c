@@ -1,0 +1,2 @@
+#include "kernels/cpu/kinternal.h"
+const kernel_table k_table_avx512 = {0};

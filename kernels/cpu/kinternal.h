@@ -1,0 +1,74 @@
+/* kernels/cpu/kinternal.h — internal to kernels/cpu: the per-ISA tables,
+ * the scalar helpers every implementation shares, and the work-splitting
+ * helper over the thread pool. Not for use outside kernels/. */
+#ifndef MLXR_KINTERNAL_H
+#define MLXR_KINTERNAL_H
+
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+/* The tables; dispatch.c hands them out after the CPU check, so the ISA
+ * files never run a single instruction on a CPU that lacks it. */
+extern const kernel_table k_table_ref;
+extern const kernel_table k_table_avx2;
+extern const kernel_table k_table_avx512;
+
+/* Limits the fast kernels assume (the reference has none). A matrix over
+ * them goes through the reference code path: still correct, just slower.
+ * head_dim ≤ 512: the largest in use is 256 (Gemma). rot_dim/2 ≤ 512.
+ * cols/group_size ≤ 8192: 262144 in-features at group 32. */
+#define K_MAX_HEAD_DIM 512
+#define K_MAX_ROPE_PAIRS 512
+#define K_MAX_GROUPS 8192
+
+static inline size_t k_dtype_size(kdtype dt)
+{
+	return dt == KDT_F32 ? 4 : 2;
+}
+
+/* Bytes of one row of W as stored: packed codes or dense elements. */
+static inline size_t k_row_bytes(const kq_matrix *m)
+{
+	if (m->bits == 0)
+		return (size_t)m->cols * k_dtype_size(m->wdt);
+	return (size_t)m->cols * (size_t)m->bits / 8;
+}
+
+/* Code j of a packed row: bits [j*bits, j*bits+bits) of the little-endian
+ * bit stream. Reads only bytes that hold part of the code, so the last
+ * code of the last row never reads past the tensor. */
+static inline uint32_t k_code(const uint8_t *row, int bits, size_t j)
+{
+	size_t off = j * (size_t)bits;
+	const uint8_t *p = row + (off >> 3);
+	unsigned sh = (unsigned)(off & 7);
+	uint32_t v = p[0];
+	if (sh + (unsigned)bits > 8)
+		v |= (uint32_t)p[1] << 8;
+	return (v >> sh) & ((1u << bits) - 1);
+}
+
+/* Dequantized element (row, col) of a quantized matrix, as MLX computes it:
+ * w = scale * code + bias in f32. */
+static inline float k_deq(const kq_matrix *m, int row, int col)
+{
+	size_t ng = (size_t)(m->cols / m->group_size);
+	size_t gi = (size_t)row * ng + (size_t)(col / m->group_size);
+	const uint8_t *r = (const uint8_t *)m->w + (size_t)row * k_row_bytes(m);
+	float s = k_load(m->sdt, m->scales, gi);
+	float b = k_load(m->sdt, m->biases, gi);
+	return s * (float)k_code(r, m->bits, (size_t)col) + b;
+}
+
+/* Run fn(arg, i) for chunks of about `chunk` rows each: task i covers rows
+ * [i*chunk, min(rows, (i+1)*chunk)). Chunk chosen so each thread gets a few
+ * tasks (dynamic balance) but small matrices stay on one thread, where a
+ * wake-up would cost more than the work. `work` is the cost of one row in
+ * multiply-adds. Returns the chunk used. */
+int k_rows_chunk(int rows, size_t work_per_row, int align);
+
+/* Sum of x over each group of `gs` values: xs[g] = sum x[g*gs .. g*gs+gs). */
+void k_group_sums(const float *x, int cols, int gs, float *xs);
+
+#endif
