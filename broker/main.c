@@ -15,6 +15,7 @@ struct verb {
 static const struct verb verbs[] = {
 	{ "import", cmd_import, "import FILE.gguf [NAME]   convert a GGUF file into an MLX model in the store" },
 	{ "eval", cmd_eval, "eval MODEL --ids \"1 2 3\" [--logits F] [--decode] [--generate N]   (developer) raw ids through the engine" },
+	{ "chat-render", cmd_chat_render, "chat-render TOKENIZER_CONFIG.json MESSAGES.json [--continue] [--no-think] [--mask]   (developer) print a rendered chat prompt" },
 };
 
 static void usage(FILE *f)
