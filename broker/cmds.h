@@ -6,6 +6,7 @@
 
 int cmd_import(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int cmd_chat_render(int argc, char **argv);
 
 #endif

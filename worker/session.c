@@ -1,0 +1,431 @@
+/* worker/session.c — see session.h. */
+#include "worker/session.h"
+#include "common/json.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double session_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static char *slurp(const char *dir, const char *name, size_t cap, size_t *len, int *too_big)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	*too_big = 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *b = malloc(cap + 1);
+	size_t n = b ? fread(b, 1, cap + 1, f) : 0;
+	fclose(f);
+	if (!b || n > cap) {
+		*too_big = b != NULL;
+		free(b);
+		return NULL;
+	}
+	b[n] = 0;
+	*len = n;
+	return b;
+}
+
+static void add_stop_id(session *s, int id)
+{
+	if (id < 0 || id >= s->m.cfg.vocab)
+		return;
+	for (int i = 0; i < s->n_stop_ids; i++)
+		if (s->stop_ids[i] == id)
+			return;
+	if (s->n_stop_ids < (int)(sizeof(s->stop_ids) / sizeof(s->stop_ids[0])))
+		s->stop_ids[s->n_stop_ids++] = id;
+}
+
+static void add_stop_piece(session *s, const char *piece)
+{
+	if (piece && *piece)
+		add_stop_id(s, tok_id(s->tok, piece, strlen(piece)));
+}
+
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
+{
+	size_t len;
+	int big;
+	char *buf = NULL;
+	memset(s, 0, sizeof(*s));
+	if (model_load(&s->m, dir, err, errlen))
+		return -1;
+	const model_config *c = &s->m.cfg;
+	/* tokenizer.json <= 256 MB: the largest real ones are ~35 MB. */
+	buf = slurp(dir, "tokenizer.json", 256u << 20, &len, &big);
+	if (!buf) {
+		snprintf(err, errlen, "tokenizer.json: %s", big ? "larger than 256 MB" : "missing or unreadable");
+		goto fail;
+	}
+	char terr[400];
+	if (tok_load(&s->tok, buf, len, terr, sizeof(terr))) {
+		snprintf(err, errlen, "tokenizer.json: %s", terr);
+		goto fail;
+	}
+	free(buf);
+	buf = NULL;
+	if (tok_vocab_size(s->tok) > c->vocab) {
+		snprintf(err, errlen, "tokenizer.json: %d token ids but the embedding table has %d rows",
+			 tok_vocab_size(s->tok), c->vocab);
+		goto fail;
+	}
+	/* Chat template and BOS policy. */
+	buf = slurp(dir, "tokenizer_config.json", CHAT_CONFIG_MAX, &len, &big);
+	int r = CHAT_ERR_NO_TEMPLATE;
+	memset(&s->chat, 0, sizeof(s->chat));
+	s->chat.format = CHAT_FMT_COUNT;
+	if (buf) {
+		char cerr[256] = "";
+		r = chat_config_load(&s->chat, buf, len, cerr, sizeof(cerr));
+		if (r == CHAT_ERR_INVALID) {
+			snprintf(err, errlen, "tokenizer_config.json: %s", cerr);
+			goto fail;
+		}
+		if (r == CHAT_ERR_UNKNOWN)
+			snprintf(s->chat_note, sizeof(s->chat_note), "%s", cerr);
+		json_doc d;
+		if (json_parse(buf, len, &d, cerr, sizeof(cerr)) == 0) {
+			int b;
+			if (json_get_bool(d.root, "add_bos_token", &b) == 0)
+				s->add_bos = b;
+			json_free(&d);
+		}
+		free(buf);
+		buf = NULL;
+	}
+	if (r == CHAT_ERR_NO_TEMPLATE) {
+		buf = slurp(dir, "chat_template.jinja", CHAT_TEMPLATE_MAX, &len, &big);
+		if (buf) {
+			char cerr[256] = "";
+			r = chat_config_set_template(&s->chat, buf, len, cerr, sizeof(cerr));
+			if (r)
+				snprintf(s->chat_note, sizeof(s->chat_note), "%s", cerr);
+			free(buf);
+			buf = NULL;
+		} else {
+			snprintf(s->chat_note, sizeof(s->chat_note), "the model has no chat template");
+		}
+	}
+	s->chat_ok = r == 0;
+	if (!s->chat_ok)
+		chat_config_fallback_chatml(&s->chat);
+	/* End of sequence: config, generation_config, the tokenizer's eos
+	 * text, and the end-of-turn token of the chat family. */
+	for (int i = 0; i < c->n_eos; i++)
+		add_stop_id(s, c->eos_ids[i]);
+	buf = slurp(dir, "generation_config.json", 1u << 20, &len, &big);
+	if (buf) {
+		json_doc d;
+		char jerr[128];
+		if (json_parse(buf, len, &d, jerr, sizeof(jerr)) == 0) {
+			const json_value *e = json_get(d.root, "eos_token_id");
+			if (e && e->type == JSON_NUMBER && e->is_int)
+				add_stop_id(s, (int)e->i);
+			for (uint32_t i = 0; e && e->type == JSON_ARRAY && i < e->n; i++)
+				if (e->items[i].type == JSON_NUMBER && e->items[i].is_int)
+					add_stop_id(s, (int)e->items[i].i);
+			json_free(&d);
+		}
+		free(buf);
+		buf = NULL;
+	}
+	add_stop_piece(s, s->chat.eos);
+	static const char *turn_ends[] = { "<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>" };
+	for (size_t i = 0; i < sizeof(turn_ends) / sizeof(turn_ends[0]); i++) {
+		int id = tok_id(s->tok, turn_ends[i], strlen(turn_ends[i]));
+		if (id >= 0 && tok_is_special(s->tok, id))
+			add_stop_id(s, id);
+	}
+	/* Context and memory: refuse before allocating what does not fit. */
+	if (ctx <= 0)
+		ctx = 4096;
+	if (ctx > c->max_pos)
+		ctx = c->max_pos;
+	uint64_t kv = 2ull * (uint64_t)c->n_layers * (uint64_t)ctx * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
+	uint64_t scratch = (uint64_t)SESSION_PREFILL_BATCH * ((uint64_t)c->vocab + (uint64_t)ctx + 8ull * (uint64_t)(c->hidden + c->inter)) * 4;
+	uint64_t need = s->m.weight_bytes + kv + scratch, avail = mem_available();
+	if (avail && need > avail) {
+		snprintf(err, errlen, "model needs %.2f GiB (weights %.2f GiB + KV cache %.2f GiB at --ctx %d) but only %.2f GiB "
+			 "of memory is available; try a smaller --ctx or a smaller model",
+			 need / 1073741824.0, s->m.weight_bytes / 1073741824.0, kv / 1073741824.0, ctx, avail / 1073741824.0);
+		goto fail;
+	}
+	if (model_state_init(&s->st, &s->m, ctx, SESSION_PREFILL_BATCH)) {
+		snprintf(err, errlen, "out of memory for a %d-token context", ctx);
+		goto fail;
+	}
+	s->cache_cap = (size_t)ctx;
+	s->cache_ids = malloc(sizeof(int) * s->cache_cap);
+	if (!s->cache_ids) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	return 0;
+fail:
+	free(buf);
+	session_close(s);
+	return -1;
+}
+
+void session_close(session *s)
+{
+	if (s->tok)
+		tok_free(s->tok);
+	model_state_free(&s->st);
+	model_free(&s->m);
+	free(s->cache_ids);
+	memset(s, 0, sizeof(*s));
+}
+
+void session_reset(session *s)
+{
+	s->st.pos = 0;
+}
+
+int session_encode_plain(session *s, const char *text, size_t len, int **ids, size_t *n, char *err, size_t errlen)
+{
+	int *raw;
+	size_t nr;
+	if (tok_encode(s->tok, text, len, NULL, &raw, &nr, err, errlen))
+		return -1;
+	int bos = s->add_bos && s->m.cfg.bos_id >= 0;
+	*ids = malloc(sizeof(int) * (nr + 1));
+	if (!*ids) {
+		free(raw);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	if (bos)
+		(*ids)[0] = s->m.cfg.bos_id;
+	memcpy(*ids + bos, raw, sizeof(int) * nr);
+	*n = nr + (size_t)bos;
+	free(raw);
+	return 0;
+}
+
+int session_encode_chat(session *s, const chat_msg *msgs, size_t n, const chat_opts *o, int **ids, size_t *nids,
+			char *err, size_t errlen)
+{
+	char *txt;
+	unsigned char *mask;
+	size_t len;
+	if (chat_render(&s->chat, msgs, n, o, &txt, &mask, &len, err, errlen))
+		return -1;
+	/* The template writes BOS text itself where its family does
+	 * (template_bos); the rendered prompt is encoded without adding one. */
+	int r = tok_encode(s->tok, txt, len, mask, ids, nids, err, errlen);
+	free(txt);
+	free(mask);
+	return r;
+}
+
+/* Longest suffix of buf[0..n) that is a proper prefix of some stop string. */
+static size_t stop_holdback(const gen_params *p, const char *buf, size_t n)
+{
+	size_t hold = 0;
+	for (int i = 0; i < p->n_stops; i++) {
+		size_t sl = strlen(p->stops[i]);
+		for (size_t k = sl > n ? n : sl - 1; k > hold; k--)
+			if (!memcmp(buf + n - k, p->stops[i], k)) {
+				hold = k;
+				break;
+			}
+	}
+	return hold;
+}
+
+typedef struct {
+	char *buf;
+	size_t n, cap;
+} textbuf;
+
+/* Appends decoded text and emits what can no longer be part of a stop
+ * string (all of it when final). Returns 0, 1 when a stop string ended the
+ * answer, 2 when emit asked to stop, -1 out of memory. */
+static int feed_text(textbuf *b, const gen_params *p, const char *txt, size_t tl, int final, session_emit emit,
+		     void *arg)
+{
+	if (b->n + tl + 1 > b->cap) {
+		size_t nc = (b->n + tl + 1) * 2;
+		char *t = realloc(b->buf, nc);
+		if (!t)
+			return -1;
+		b->buf = t;
+		b->cap = nc;
+	}
+	memcpy(b->buf + b->n, txt, tl);
+	b->n += tl;
+	for (int i = 0; i < p->n_stops; i++) {
+		char *hit = memmem(b->buf, b->n, p->stops[i], strlen(p->stops[i]));
+		if (hit) {
+			if (hit > b->buf)
+				emit(arg, b->buf, (size_t)(hit - b->buf));
+			b->n = 0;
+			return 1;
+		}
+	}
+	size_t hold = final ? 0 : stop_holdback(p, b->buf, b->n);
+	if (b->n > hold) {
+		int stop = emit(arg, b->buf, b->n - hold);
+		memmove(b->buf, b->buf + b->n - hold, hold);
+		b->n = hold;
+		if (stop)
+			return 2;
+	}
+	return 0;
+}
+
+int session_generate(session *s, const int *ids, size_t n, const gen_params *p, session_emit emit, void *arg,
+		     gen_stats *stats, char *err, size_t errlen)
+{
+	const model_config *c = &s->m.cfg;
+	size_t V = (size_t)c->vocab;
+	sampler smp;
+	tok_stream ts;
+	int rc = -1;
+	textbuf tb = { 0 };
+	int *hist = NULL;
+	memset(stats, 0, sizeof(*stats));
+	if (n == 0) {
+		snprintf(err, errlen, "empty prompt");
+		return -1;
+	}
+	if (n >= (size_t)s->st.ctx) {
+		snprintf(err, errlen, "context full: the prompt is %zu tokens and the context holds %d (--ctx)", n, s->st.ctx);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] < 0 || (size_t)ids[i] >= V) {
+			snprintf(err, errlen, "token id %d outside the vocabulary", ids[i]);
+			return -1;
+		}
+	if (sampler_init(&smp, (int)V, &p->sp)) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	tok_stream_init(&ts, s->tok, 1);
+	size_t hcap = n + (size_t)s->st.ctx + 1;
+	hist = malloc(sizeof(int) * hcap);
+	if (!hist) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	memcpy(hist, ids, sizeof(int) * n);
+	size_t nh = n;
+
+	double t0 = session_now();
+	/* Reuse the cached prefix; at least the last prompt token is run to
+	 * get fresh logits. */
+	size_t keep = 0, have = (size_t)s->st.pos;
+	while (keep < have && keep < n - 1 && s->cache_ids[keep] == ids[keep])
+		keep++;
+	s->st.pos = (int)keep;
+	stats->prompt_tokens = n;
+	stats->prefilled = n - keep;
+	for (size_t done = keep; done < n;) {
+		size_t step = n - done < (size_t)s->st.max_batch ? n - done : (size_t)s->st.max_batch;
+		if (model_forward(&s->m, &s->st, ids + done, (int)step, 0)) {
+			snprintf(err, errlen, "forward pass failed");
+			s->st.pos = 0;
+			goto out;
+		}
+		memcpy(s->cache_ids + done, ids + done, sizeof(int) * step);
+		done += step;
+		if (p->cancel && *p->cancel) {
+			stats->stop_reason = 4;
+			rc = 0;
+			goto out;
+		}
+	}
+	double t1 = session_now();
+	stats->prefill_s = t1 - t0;
+	float *logits = s->st.logits;
+	for (;;) {
+		int tok = sampler_pick(&smp, logits, hist, nh);
+		if (stats->generated == 0)
+			stats->ttft_s = session_now() - t0;
+		int is_stop = 0;
+		for (int i = 0; i < s->n_stop_ids; i++)
+			is_stop |= tok == s->stop_ids[i];
+		if (is_stop) {
+			stats->stop_reason = 0;
+			break;
+		}
+		stats->generated++;
+		hist[nh++] = tok;
+		const char *txt;
+		size_t tl;
+		if (tok_stream_push(&ts, tok, &txt, &tl)) {
+			snprintf(err, errlen, "out of memory");
+			goto out;
+		}
+		int r = feed_text(&tb, p, txt, tl, 0, emit, arg);
+		if (r < 0) {
+			snprintf(err, errlen, "out of memory");
+			goto out;
+		}
+		if (r > 0) {
+			stats->stop_reason = r == 1 ? 1 : 4;
+			goto done;
+		}
+		if (p->max_tokens > 0 && stats->generated >= (size_t)p->max_tokens) {
+			stats->stop_reason = 2;
+			break;
+		}
+		if (p->cancel && *p->cancel) {
+			stats->stop_reason = 4;
+			break;
+		}
+		if (s->st.pos + 1 >= s->st.ctx) {
+			stats->stop_reason = 3;
+			break;
+		}
+		int at = s->st.pos;
+		if (model_forward(&s->m, &s->st, &tok, 1, 0)) {
+			snprintf(err, errlen, "forward pass failed");
+			goto out;
+		}
+		s->cache_ids[at] = tok;
+		logits = s->st.logits;
+	}
+	{
+		const char *txt;
+		size_t tl;
+		if (tok_stream_flush(&ts, &txt, &tl) == 0 && feed_text(&tb, p, txt, tl, 1, emit, arg) == 1)
+			stats->stop_reason = 1;
+	}
+done:
+	stats->decode_s = session_now() - t1;
+	rc = 0;
+out:
+	(void)V;
+	free(tb.buf);
+	free(hist);
+	tok_stream_free(&ts);
+	sampler_free(&smp);
+	return rc;
+}

@@ -1,0 +1,75 @@
+/* worker/session.h — one model ready to generate: weights, tokenizer,
+ * chat template, KV cache, and the generation loop (prefill in batches,
+ * decode token by token, stop on EOS / stop strings / max tokens /
+ * cancellation, streaming only complete UTF-8).
+ *
+ * The KV cache is kept between calls: session_generate() reuses the longest
+ * prefix shared with what the cache already holds, so a follow-up chat turn
+ * only prefills its new tokens (stats.prefilled counts them). */
+#ifndef MLXR_SESSION_H
+#define MLXR_SESSION_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "worker/chat.h"
+#include "worker/model.h"
+#include "worker/sampler.h"
+#include "worker/tokenizer.h"
+
+#define SESSION_MAX_STOPS 8
+#define SESSION_PREFILL_BATCH 256
+
+typedef struct {
+	model m;
+	tokenizer *tok;
+	chat_config chat;
+	int chat_ok;          /* template recognised (else ChatML fallback) */
+	char chat_note[256];  /* why the fallback was used, for the user */
+	int add_bos;          /* prepend BOS to plain prompts (tokenizer_config add_bos_token) */
+	int stop_ids[16];
+	int n_stop_ids;
+	model_state st;
+	int *cache_ids;       /* ids whose K/V are in st (st.pos of them) */
+	size_t cache_cap;
+} session;
+
+typedef struct {
+	sampler_params sp;
+	int max_tokens;                   /* <= 0: until EOS or the context is full */
+	const char *stops[SESSION_MAX_STOPS];
+	int n_stops;
+	volatile sig_atomic_t *cancel;    /* generation stops when *cancel != 0 */
+} gen_params;
+
+typedef struct {
+	size_t prompt_tokens;
+	size_t prefilled;      /* prompt tokens actually run (not reused from the cache) */
+	size_t generated;
+	double prefill_s, decode_s, ttft_s;
+	int stop_reason;       /* 0 eos, 1 stop string, 2 max tokens, 3 context full, 4 cancelled */
+} gen_stats;
+
+/* Returns nonzero to stop generation. */
+typedef int (*session_emit)(void *arg, const char *text, size_t len);
+
+int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen);
+void session_close(session *s);
+
+/* Plain text to ids (BOS added when the tokenizer config asks for it). */
+int session_encode_plain(session *s, const char *text, size_t len, int **ids, size_t *n, char *err, size_t errlen);
+/* A conversation through the chat template to ids (message text is plain
+ * text: it can never produce a control token). */
+int session_encode_chat(session *s, const chat_msg *msgs, size_t n, const chat_opts *o, int **ids, size_t *nids,
+			char *err, size_t errlen);
+
+int session_generate(session *s, const int *ids, size_t n, const gen_params *p, session_emit emit, void *arg,
+		     gen_stats *stats, char *err, size_t errlen);
+
+/* Drops the KV cache (next generate prefills everything). */
+void session_reset(session *s);
+
+double session_now(void);
+
+#endif
