@@ -7,6 +7,9 @@
 int cmd_import(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
 int cmd_chat_render(int argc, char **argv);
 
 #endif
