@@ -39,7 +39,7 @@ const kernel_table *kernels_avx2(void)
 const kernel_table *kernels_avx512(void)
 {
 	__builtin_cpu_init();
-	if (kernels_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	if (__builtin_cpu_supports("fma") && has_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && k_table_avx512.matvec)
 		return &k_table_avx512;
 	return NULL;

@@ -100,8 +100,11 @@ static void ref_glu(float *gate, const float *up, int n, int act)
 		float g = gate[i], a;
 		if (act == 0)
 			a = g / (1.0f + expf(-g));
-		else
-			a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+		else /* 0.5 g (1 + tanh u) written as g / (1 + exp(-2u)): the
+		      * same function without the cancellation in 1 + tanh u
+		      * for negative g (exact identity; differences from
+		      * mlx's tanh form are ~1e-7 absolute) */
+			a = g / (1.0f + expf(-2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g)));
 		gate[i] = a * up[i];
 	}
 }
