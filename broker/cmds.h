@@ -10,6 +10,7 @@ int cmd_run(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_chat_render(int argc, char **argv);
 
 #endif

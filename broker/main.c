@@ -17,6 +17,7 @@ static const struct verb verbs[] = {
 	{ "list", cmd_list, "list                         models in the store and the Hugging Face cache" },
 	{ "show", cmd_show, "show MODEL                   architecture, size, quantization (validates the files)" },
 	{ "rm", cmd_rm, "rm MODEL [--yes]             delete a model from the store" },
+	{ "bench", cmd_bench, "bench MODEL [--json]         prefill/decode speed against the memory-bandwidth bound" },
 	{ "import", cmd_import, "import FILE.gguf [NAME]   convert a GGUF file into an MLX model in the store" },
 	{ "eval", cmd_eval, "eval MODEL --ids \"1 2 3\" [--logits F] [--decode] [--generate N]   (developer) raw ids through the engine" },
 	{ "chat-render", cmd_chat_render, "chat-render TOKENIZER_CONFIG.json MESSAGES.json [--continue] [--no-think] [--mask]   (developer) print a rendered chat prompt" },
