@@ -77,6 +77,7 @@ int cmd_eval(int argc, char **argv)
 	model_state s;
 	int rc = 1;
 	FILE *f = NULL;
+	kpool_init(0);
 	if (store_resolve(name, dir, sizeof(dir), err, sizeof(err)) || model_load(&m, dir, err, sizeof(err))) {
 		fprintf(stderr, "mlxr: eval: %s\n", err);
 		free(ids);

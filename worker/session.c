@@ -72,6 +72,8 @@ int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
 	int big;
 	char *buf = NULL;
 	memset(s, 0, sizeof(*s));
+	if (kpool_threads() <= 1)
+		kpool_init(0); /* all online CPUs, or MLXR_THREADS */
 	if (model_load(&s->m, dir, err, errlen))
 		return -1;
 	const model_config *c = &s->m.cfg;
