@@ -226,6 +226,8 @@ static int parse_container(parser *ps, json_value *v, int depth, int is_obj)
 	/* Collect children in a temporary growable array, then copy into the
 	 * arena so the tree is contiguous per container. */
 	size_t cap = 8, n = 0;
+	if (depth >= JSON_MAX_DEPTH) /* depth counts the containers around this one */
+		return fail(ps, "nesting deeper than 64");
 	json_value *tmp = malloc(cap * sizeof(*tmp));
 	if (!tmp)
 		return fail(ps, "out of memory");
@@ -314,8 +316,6 @@ static int lit(parser *ps, const char *w, size_t n)
 static int parse_value(parser *ps, json_value *v, int depth)
 {
 	memset(v, 0, sizeof(*v));
-	if (depth > JSON_MAX_DEPTH)
-		return fail(ps, "nesting deeper than 64");
 	skip_ws(ps);
 	if (ps->p >= ps->end)
 		return fail(ps, "unexpected end of input");
