@@ -20,6 +20,7 @@ static const struct verb verbs[] = {
 	{ "bench", cmd_bench, "bench MODEL [--json]         prefill/decode speed against the memory-bandwidth bound" },
 	{ "import", cmd_import, "import FILE.gguf [NAME]   convert a GGUF file into an MLX model in the store" },
 	{ "eval", cmd_eval, "eval MODEL --ids \"1 2 3\" [--logits F] [--decode] [--generate N]   (developer) raw ids through the engine" },
+	{ "tokenize", cmd_tokenize, "tokenize MODEL TEXT [--ids] [--special] [--file F] [--decode \"1 2\"]   (developer) run the tokenizer" },
 	{ "chat-render", cmd_chat_render, "chat-render TOKENIZER_CONFIG.json MESSAGES.json [--continue] [--no-think] [--mask]   (developer) print a rendered chat prompt" },
 };
 
