@@ -5,7 +5,9 @@
  *
  *   mlxr chat-render TOKENIZER_CONFIG.json MESSAGES.json [--template FILE.jinja]
  *       [--no-generation-prompt] [--continue] [--no-think] [--date "26 Jul 2024"]
- *       [--fallback-chatml] [--mask]
+ *       [--fallback-chatml] [--mask | --format]
+ *
+ * --format prints the detected family (chat_format_name) instead.
  *
  * MESSAGES.json: [{"role": "system"|"user"|"assistant", "content": "..."}, ...]
  */
@@ -120,14 +122,14 @@ static int chatfmt_usage(void)
 {
 	fprintf(stderr, "usage: mlxr chat-render TOKENIZER_CONFIG.json MESSAGES.json [--template FILE.jinja]\n"
 			"         [--no-generation-prompt] [--continue] [--no-think] [--date \"DD Mon YYYY\"]\n"
-			"         [--fallback-chatml] [--mask]\n");
+			"         [--fallback-chatml] [--mask | --format]\n");
 	return 2;
 }
 
 int cmd_chat_render(int argc, char **argv)
 {
 	const char *cfg_path = NULL, *msg_path = NULL, *tmpl_path = NULL;
-	int want_mask = 0, fallback = 0, status = 1, rc;
+	int want_mask = 0, want_format = 0, fallback = 0, status = 1, rc;
 	char err[512] = "", *cfg_buf = NULL, *msg_buf = NULL, *tmpl_buf = NULL, *out = NULL;
 	unsigned char *mask = NULL;
 	size_t cfg_len = 0, msg_len = 0, tmpl_len = 0, n = 0, len = 0;
@@ -147,6 +149,8 @@ int cmd_chat_render(int argc, char **argv)
 			opts.enable_thinking = 0;
 		else if (!strcmp(argv[i], "--mask"))
 			want_mask = 1;
+		else if (!strcmp(argv[i], "--format"))
+			want_format = 1;
 		else if (!strcmp(argv[i], "--fallback-chatml"))
 			fallback = 1;
 		else if (!strcmp(argv[i], "--date") && i + 1 < argc)
@@ -182,6 +186,12 @@ int cmd_chat_render(int argc, char **argv)
 		goto fail;
 	}
 
+	if (want_format) {
+		printf("%s\n", chat_format_name(cfg.format));
+		status = fflush(stdout) ? 1 : 0;
+		snprintf(err, sizeof(err), "stdout: write error");
+		goto fail;
+	}
 	if (!(msg_buf = read_whole(msg_path, CHATFMT_MESSAGES_MAX, &msg_len, err, sizeof(err))))
 		goto fail;
 	if (json_parse(msg_buf, msg_len, &doc, err, sizeof(err)) ||

