@@ -128,8 +128,13 @@ typedef struct {
 	                            * (default 0; exclusive with add_generation_prompt) */
 	int enable_thinking;       /* Qwen3 only: 0 adds the empty <think></think>
 	                            * block after the generation prompt (default 1) */
-	const char *date;          /* Llama 3.2 "Today Date" ("26 Jul 2024" form);
-	                            * NULL = today in local time, as strftime_now */
+	const char *date;          /* Llama 3.1+ "Today Date" ("26 Jul 2024" form),
+	                            * overriding the template's (like transformers'
+	                            * date_string kwarg); NULL = the template's own:
+	                            * 3.1's fixed literal, or for 3.2 today in local
+	                            * time (strftime_now). Inside the sandboxed worker
+	                            * the time zone file is unreadable, so "today" is
+	                            * UTC there: the broker SHOULD pass the date. */
 } chat_opts;
 
 /* Defaults: add_generation_prompt 1, continue_final 0, enable_thinking 1. */
