@@ -161,7 +161,12 @@ size_t tok_pat_match(tok_pattern pat, const unsigned char *s, size_t n, size_t i
 	case TOK_PAT_GPT2: return match_gpt2(s, n, i);
 	case TOK_PAT_LLAMA3: return match_llama(s, n, i, 3);
 	case TOK_PAT_QWEN2: return match_llama(s, n, i, 1);
-	case TOK_PAT_DIGIT: return s[i] >= '0' && s[i] <= '9';
+	case TOK_PAT_DIGIT: {
+		/* Digits pre-tokenizer: Rust char::is_numeric, i.e. N*. */
+		uint32_t cp;
+		size_t l;
+		return cls_at(s, n, i, &cp, &l) == C_N ? l : 0;
+	}
 	default: return 0;
 	}
 }
