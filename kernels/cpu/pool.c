@@ -29,22 +29,29 @@
 #include "kernels/kernels.h"
 
 #define KPOOL_MAX 256
-/* Spin iterations before sleeping: ~50-100 us with pause, longer than the
- * gap between two matvecs of one decode step, shorter than a user wait. */
+/* Spin iterations before sleeping: a few tens of microseconds with pause,
+ * longer than the gap between two kernels of one decode step. */
 #define K_SPIN 2000
 
+/* Job state. `work` packs the job generation (high 32 bits) with the next
+ * index to hand out (low 32): a claim is a compare-and-swap that succeeds
+ * only for the current job, so a worker that wakes late can never run an
+ * index of a job it did not see start, and the caller never waits for a
+ * worker that claimed nothing. (A first version counted workers in and
+ * out of each job; on a loaded machine the caller then waited for
+ * descheduled workers that had no work left: ~30-45 us per kpool_for.) */
 static struct {
 	int n; /* threads including the caller; 0/1: no pool */
 	pthread_t th[KPOOL_MAX];
-	_Atomic uint32_t gen;    /* futex word: bumped once per job */
-	_Atomic int sleepers;    /* workers asleep (or about to be) on gen */
-	_Atomic uint32_t pending; /* futex word: workers still in the job */
+	_Atomic uint64_t work;     /* gen << 32 | next index */
+	_Atomic uint32_t gen;      /* futex word the workers sleep on */
+	_Atomic int sleepers;      /* workers asleep (or about to be) on gen */
+	_Atomic uint32_t done;     /* futex word: tasks finished in this job */
 	_Atomic int caller_asleep;
-	_Atomic int next;        /* next index to hand out */
 	_Atomic int stop;
-	void (*fn)(void *arg, int i);
-	void *arg;
-	int njobs;
+	void (*_Atomic fn)(void *arg, int i);
+	void *_Atomic arg;
+	_Atomic int njobs;
 	atomic_flag busy; /* one kpool_for at a time */
 } P = {.busy = ATOMIC_FLAG_INIT};
 
@@ -69,14 +76,27 @@ static void futex_wake(_Atomic uint32_t *addr)
 	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-static void run_indices(void)
+/* Claim and run indices of job `g` until none is left or the job changed. */
+static void run_job(uint32_t g)
 {
-	int n = P.njobs;
+	void (*fn)(void *, int) = atomic_load_explicit(&P.fn, memory_order_relaxed);
+	void *arg = atomic_load_explicit(&P.arg, memory_order_relaxed);
+	uint32_t n = (uint32_t)atomic_load_explicit(&P.njobs, memory_order_relaxed);
+	uint64_t w = atomic_load_explicit(&P.work, memory_order_acquire);
 	for (;;) {
-		int i = atomic_fetch_add_explicit(&P.next, 1, memory_order_relaxed);
-		if (i >= n)
-			break;
-		P.fn(P.arg, i);
+		if ((uint32_t)(w >> 32) != g || (uint32_t)w >= n)
+			return;
+		if (!atomic_compare_exchange_weak_explicit(&P.work, &w, w + 1, memory_order_acquire,
+							   memory_order_acquire))
+			continue;
+		/* the claim succeeded, so job g is still the current one and
+		 * fn/arg/n read above are its own (they change only after
+		 * every index of g has finished) */
+		fn(arg, (int)(uint32_t)w);
+		uint32_t d = atomic_fetch_add_explicit(&P.done, 1, memory_order_acq_rel) + 1;
+		if (d == n && atomic_load(&P.caller_asleep))
+			futex_wake(&P.done);
+		w = atomic_load_explicit(&P.work, memory_order_acquire);
 	}
 }
 
@@ -102,9 +122,7 @@ static void *worker_main(void *unused)
 		seen = g;
 		if (atomic_load_explicit(&P.stop, memory_order_acquire))
 			break;
-		run_indices();
-		if (atomic_fetch_sub(&P.pending, 1) == 1 && atomic_load(&P.caller_asleep))
-			futex_wake(&P.pending);
+		run_job(g);
 	}
 	return NULL;
 }
@@ -134,8 +152,6 @@ int kpool_init(int nthreads)
 	if (nthreads > KPOOL_MAX)
 		nthreads = KPOOL_MAX;
 	atomic_store(&P.stop, 0);
-	atomic_store(&P.gen, 0);
-	atomic_store(&P.pending, 0);
 	P.n = 1;
 	for (int i = 1; i < nthreads; i++) {
 		if (pthread_create(&P.th[i], NULL, worker_main, NULL) != 0) {
@@ -173,29 +189,30 @@ void kpool_for(int n, void (*fn)(void *arg, int i), void *arg)
 			fn(arg, i);
 		return;
 	}
-	P.fn = fn;
-	P.arg = arg;
-	P.njobs = n;
-	atomic_store_explicit(&P.next, 0, memory_order_relaxed);
-	atomic_store(&P.pending, (uint32_t)(P.n - 1));
-	atomic_fetch_add(&P.gen, 1); /* publishes fn/arg/njobs (seq_cst) */
+	uint32_t g = atomic_load_explicit(&P.gen, memory_order_relaxed) + 1;
+	atomic_store_explicit(&P.fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&P.arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&P.njobs, n, memory_order_relaxed);
+	atomic_store_explicit(&P.done, 0, memory_order_relaxed);
+	atomic_store(&P.work, (uint64_t)g << 32);
+	atomic_store(&P.gen, g); /* publishes the job (seq_cst) */
 	if (atomic_load(&P.sleepers) > 0)
 		futex_wake(&P.gen);
 
 	k_in_pool = 1;
-	run_indices();
+	run_job(g);
 	k_in_pool = 0;
 
 	int spins = 0;
-	uint32_t v;
-	while ((v = atomic_load(&P.pending)) != 0) {
+	uint32_t d;
+	while ((d = atomic_load_explicit(&P.done, memory_order_acquire)) != (uint32_t)n) {
 		if (++spins < K_SPIN) {
 			cpu_relax();
 			continue;
 		}
 		atomic_store(&P.caller_asleep, 1);
-		if ((v = atomic_load(&P.pending)) != 0)
-			futex_wait(&P.pending, v);
+		if ((d = atomic_load(&P.done)) != (uint32_t)n)
+			futex_wait(&P.done, d);
 		atomic_store(&P.caller_asleep, 0);
 		spins = 0;
 	}
