@@ -99,10 +99,39 @@ def _gemma_gguf():
     return Path(assemble())
 
 
+def _cache_dir():
+    d = os.environ.get("MLXR_TEST_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mlxr", "test-tokenizers")
+    return Path(d)
+
+
 def _convert(gguf_file):
-    """tokenizer.json text for a GGUF, via transformers' converter. The
-    metadata is read with the gguf package (transformers' own GGUF reader
-    needs torch)."""
+    """tokenizer.json dict for a GGUF, converted once and cached on disk
+    (gguf's reader takes ~20 s on Gemma's 262k-entry vocabulary), keyed by
+    the file and the converter's versions."""
+    import hashlib
+    import transformers
+    h = hashlib.sha256()
+    st = gguf_file.stat()
+    h.update(f"{gguf_file.name} {st.st_size} {transformers.__version__} {tokenizers.__version__}".encode())
+    with open(gguf_file, "rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, st.st_size - (1 << 20)))
+        h.update(f.read())
+    cached = _cache_dir() / f"{gguf_file.stem}-{h.hexdigest()[:16]}.json"
+    if cached.exists():
+        return json.loads(cached.read_text(encoding="utf-8"))
+    d = _convert_uncached(gguf_file)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(d, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, cached)
+    return d
+
+
+def _convert_uncached(gguf_file):
+    """transformers' GGUF tokenizer converter. The metadata is read with
+    the gguf package (transformers' own GGUF reader needs torch)."""
     import gguf
     from transformers.integrations.gguf.gguf_tokenizer_mapping import (
         GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer)
