@@ -1,2 +1,612 @@
+/* kernels/cpu/kernels_avx2.c — AVX2 + FMA + F16C kernels (8 f32 lanes).
+ * Compiled with AVX2_FLAGS; reached only through kernels_avx2(), which
+ * checks all three first (dispatch.c).
+ *
+ * Same algorithms as kernels_avx512.c (read its header comment for the
+ * matvec identity s*(q.x_g) + b*sum(x_g) and the GEMM tiling); what
+ * differs is the unpacking width:
+ *   4-bit: an 8-byte load, low/high nibbles, unpacklo_epi8 -> 16 codes in
+ *          order; 8-bit: vpmovzxbd; 2-bit: two rounds of unpack;
+ *   3/5/6-bit: the 8 codes of `bits` bytes are copied into a u64 (memcpy
+ *          of exactly `bits` bytes: no over-read), broadcast to both
+ *          128-bit lanes, vpshufb + vpsrlvd + and.
+ * Dense tails (cols not a multiple of 8) run scalar; elementwise tails go
+ * through an 8-float stack buffer so every lane uses the same formula. */
+#include <immintrin.h>
+#include <math.h>
+
 #include "kernels/cpu/kinternal.h"
-const kernel_table k_table_avx2 = {0};
+
+#define AI static inline __attribute__((always_inline))
+
+AI float ld_sb(kdtype dt, const uint8_t *p, size_t i)
+{
+	if (dt == KDT_F32) {
+		float f;
+		memcpy(&f, p + 4 * i, 4);
+		return f;
+	}
+	uint16_t h;
+	memcpy(&h, p + 2 * i, 2);
+	if (dt == KDT_F16)
+		return _cvtsh_ss(h);
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+AI float ld1(kdtype dt, const void *p, size_t i)
+{
+	return ld_sb(dt, p, i);
+}
+
+/* 8 dense elements of type dt at element index i. */
+AI __m256 ld8(kdtype dt, const void *p, size_t i)
+{
+	const uint8_t *b = p;
+	if (dt == KDT_F32)
+		return _mm256_loadu_ps((const float *)(b + 4 * i));
+	__m128i h = _mm_loadu_si128((const __m128i *)(b + 2 * i));
+	if (dt == KDT_F16)
+		return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+AI float hsum(__m256 v)
+{
+	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+	a = _mm_add_ss(a, _mm_movehdup_ps(a));
+	return _mm_cvtss_f32(a);
+}
+
+/* ---- code unpacking ----------------------------------------------------- */
+
+typedef struct {
+	__m256i ctrl, shift, mask;
+} dec_t;
+
+static dec_t dec_init(int bits)
+{
+	dec_t d;
+	uint32_t c[8], s[8];
+	for (int i = 0; i < 8; i++) {
+		uint32_t off = (uint32_t)(i * bits), bs = off >> 3;
+		c[i] = bs | ((bs + 1) << 8) | 0x80800000u;
+		s[i] = off & 7;
+	}
+	d.ctrl = _mm256_loadu_si256((const __m256i *)c);
+	d.shift = _mm256_loadu_si256((const __m256i *)s);
+	d.mask = _mm256_set1_epi32(bits > 0 && bits < 32 ? (1 << bits) - 1 : -1);
+	return d;
+}
+
+/* Codes [0,8) of a byte-aligned run at p, bits 3, 5, 6 (reads `bits` bytes). */
+AI __m256i codes8(const uint8_t *p, int bits, const dec_t *d)
+{
+	uint64_t u = 0;
+	memcpy(&u, p, (size_t)bits);
+	__m256i b = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128((long long)u));
+	b = _mm256_shuffle_epi8(b, d->ctrl);
+	return _mm256_and_si256(_mm256_srlv_epi32(b, d->shift), d->mask);
+}
+
+/* Codes [0,16) at p (2*bits bytes) as two f32 vectors. */
+AI void dec16(const uint8_t *p, int bits, const dec_t *d, __m256 *c0, __m256 *c1)
+{
+	__m128i u;
+	if (bits == 8) {
+		*c0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+		*c1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))));
+		return;
+	} else if (bits == 4) {
+		__m128i v = _mm_loadl_epi64((const __m128i *)p), m = _mm_set1_epi8(0x0f);
+		u = _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m));
+	} else if (bits == 2) {
+		int32_t w;
+		memcpy(&w, p, 4);
+		__m128i v = _mm_cvtsi32_si128(w), m = _mm_set1_epi8(3);
+		__m128i f0 = _mm_and_si128(v, m), f1 = _mm_and_si128(_mm_srli_epi16(v, 2), m);
+		__m128i f2 = _mm_and_si128(_mm_srli_epi16(v, 4), m), f3 = _mm_and_si128(_mm_srli_epi16(v, 6), m);
+		u = _mm_unpacklo_epi16(_mm_unpacklo_epi8(f0, f1), _mm_unpacklo_epi8(f2, f3));
+	} else {
+		*c0 = _mm256_cvtepi32_ps(codes8(p, bits, d));
+		*c1 = _mm256_cvtepi32_ps(codes8(p + bits, bits, d));
+		return;
+	}
+	*c0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(u));
+	*c1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(u, 8)));
+}
+
+/* ---- matvec ------------------------------------------------------------- */
+
+typedef struct {
+	const kq_matrix *m;
+	const float *x;
+	const float *xs;
+	const float *bias;
+	float *y;
+	int chunk;
+	dec_t d;
+} mv_job;
+
+AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
+{
+	const kq_matrix *m = j->m;
+	const int gs = m->group_size, ng = m->cols / gs, gbytes = gs * bits / 8;
+	const size_t rb = k_row_bytes(m);
+	const uint8_t *sc = m->scales, *bi = m->biases;
+	const kdtype sdt = m->sdt;
+	const float *x = j->x, *xs = j->xs;
+	int r = r0;
+	for (; r + 2 <= r1; r += 2) {
+		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = w0 + rb;
+		size_t g0 = (size_t)r * (size_t)ng, g1 = g0 + (size_t)ng;
+		__m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+		float bs0 = 0.0f, bs1 = 0.0f;
+		for (int g = 0; g < ng; g++) {
+			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
+			const float *xg = x + (size_t)g * (size_t)gs;
+			__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+			for (int v = 0; v < gs; v += 16) {
+				__m256 x0 = _mm256_loadu_ps(xg + v), x1 = _mm256_loadu_ps(xg + v + 8);
+				__m256 c0, c1, e0, e1;
+				dec16(p0 + v * bits / 8, bits, &j->d, &c0, &c1);
+				dec16(p1 + v * bits / 8, bits, &j->d, &e0, &e1);
+				a0 = _mm256_fmadd_ps(c0, x0, a0);
+				a1 = _mm256_fmadd_ps(e0, x0, a1);
+				a0 = _mm256_fmadd_ps(c1, x1, a0);
+				a1 = _mm256_fmadd_ps(e1, x1, a1);
+			}
+			t0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_sb(sdt, sc, g0 + (size_t)g)), a0, t0);
+			t1 = _mm256_fmadd_ps(_mm256_set1_ps(ld_sb(sdt, sc, g1 + (size_t)g)), a1, t1);
+			bs0 += ld_sb(sdt, bi, g0 + (size_t)g) * xs[g];
+			bs1 += ld_sb(sdt, bi, g1 + (size_t)g) * xs[g];
+		}
+		j->y[r] = hsum(t0) + bs0 + (j->bias ? j->bias[r] : 0.0f);
+		j->y[r + 1] = hsum(t1) + bs1 + (j->bias ? j->bias[r + 1] : 0.0f);
+	}
+	for (; r < r1; r++) {
+		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb;
+		size_t g0 = (size_t)r * (size_t)ng;
+		__m256 t0 = _mm256_setzero_ps();
+		float bs0 = 0.0f;
+		for (int g = 0; g < ng; g++) {
+			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes;
+			const float *xg = x + (size_t)g * (size_t)gs;
+			__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+			for (int v = 0; v < gs; v += 16) {
+				__m256 c0, c1;
+				dec16(p0 + v * bits / 8, bits, &j->d, &c0, &c1);
+				a0 = _mm256_fmadd_ps(c0, _mm256_loadu_ps(xg + v), a0);
+				a1 = _mm256_fmadd_ps(c1, _mm256_loadu_ps(xg + v + 8), a1);
+			}
+			t0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_sb(sdt, sc, g0 + (size_t)g)), _mm256_add_ps(a0, a1), t0);
+			bs0 += ld_sb(sdt, bi, g0 + (size_t)g) * xs[g];
+		}
+		j->y[r] = hsum(t0) + bs0 + (j->bias ? j->bias[r] : 0.0f);
+	}
+}
+
+AI void mv_rows_dense(const mv_job *j, int r0, int r1, const kdtype wdt)
+{
+	const int cols = j->m->cols;
+	for (int r = r0; r < r1; r++) {
+		size_t base = (size_t)r * (size_t)cols;
+		__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+		int c = 0;
+		for (; c + 16 <= cols; c += 16) {
+			a0 = _mm256_fmadd_ps(ld8(wdt, j->m->w, base + (size_t)c), _mm256_loadu_ps(j->x + c), a0);
+			a1 = _mm256_fmadd_ps(ld8(wdt, j->m->w, base + (size_t)c + 8), _mm256_loadu_ps(j->x + c + 8), a1);
+		}
+		for (; c + 8 <= cols; c += 8)
+			a0 = _mm256_fmadd_ps(ld8(wdt, j->m->w, base + (size_t)c), _mm256_loadu_ps(j->x + c), a0);
+		float acc = hsum(_mm256_add_ps(a0, a1));
+		for (; c < cols; c++)
+			acc += ld1(wdt, j->m->w, base + (size_t)c) * j->x[c];
+		j->y[r] = acc + (j->bias ? j->bias[r] : 0.0f);
+	}
+}
+
+static void mv_task(void *arg, int i)
+{
+	const mv_job *j = arg;
+	int r0 = i * j->chunk, r1 = r0 + j->chunk < j->m->rows ? r0 + j->chunk : j->m->rows;
+	switch (j->m->bits) {
+	case 0:
+		if (j->m->wdt == KDT_F32)
+			mv_rows_dense(j, r0, r1, KDT_F32);
+		else if (j->m->wdt == KDT_F16)
+			mv_rows_dense(j, r0, r1, KDT_F16);
+		else
+			mv_rows_dense(j, r0, r1, KDT_BF16);
+		break;
+	case 2: mv_rows_q(j, r0, r1, 2); break;
+	case 3: mv_rows_q(j, r0, r1, 3); break;
+	case 4: mv_rows_q(j, r0, r1, 4); break;
+	case 5: mv_rows_q(j, r0, r1, 5); break;
+	case 6: mv_rows_q(j, r0, r1, 6); break;
+	default: mv_rows_q(j, r0, r1, 8); break;
+	}
+}
+
+static void x_group_sums(const float *x, int cols, int gs, float *xs)
+{
+	for (int g = 0; g < cols / gs; g++) {
+		__m256 a = _mm256_setzero_ps();
+		for (int v = 0; v < gs; v += 8)
+			a = _mm256_add_ps(a, _mm256_loadu_ps(x + g * gs + v));
+		xs[g] = hsum(a);
+	}
+}
+
+static void avx2_matvec(const kq_matrix *m, const float *x, const float *bias, float *y)
+{
+	float xs[K_MAX_GROUPS];
+	if (m->rows <= 0)
+		return;
+	if (m->bits != 0 && m->cols / m->group_size > K_MAX_GROUPS) {
+		k_table_ref.matvec(m, x, bias, y);
+		return;
+	}
+	mv_job j = {.m = m, .x = x, .xs = xs, .bias = bias, .y = y};
+	if (m->bits != 0) {
+		x_group_sums(x, m->cols, m->group_size, xs);
+		j.d = dec_init(m->bits);
+	}
+	j.chunk = k_rows_chunk(m->rows, (size_t)m->cols, 2);
+	kpool_for((m->rows + j.chunk - 1) / j.chunk, mv_task, &j);
+}
+
+/* ---- dequantize a segment (embed, GEMM tiles) --------------------------- */
+
+AI void deq_seg_q(const kq_matrix *m, int r, int k0, int kc, float *out, const dec_t *d, const int bits)
+{
+	const int gs = m->group_size, ng = m->cols / gs;
+	const uint8_t *row = (const uint8_t *)m->w + (size_t)r * k_row_bytes(m);
+	for (int c = k0; c < k0 + kc; c += gs) {
+		size_t gi = (size_t)r * (size_t)ng + (size_t)(c / gs);
+		__m256 s = _mm256_set1_ps(ld_sb(m->sdt, m->scales, gi));
+		__m256 b = _mm256_set1_ps(ld_sb(m->sdt, m->biases, gi));
+		for (int v = c; v < c + gs; v += 16) {
+			__m256 c0, c1;
+			dec16(row + (size_t)v * (size_t)bits / 8, bits, d, &c0, &c1);
+			_mm256_storeu_ps(out + (v - k0), _mm256_fmadd_ps(c0, s, b));
+			_mm256_storeu_ps(out + (v - k0) + 8, _mm256_fmadd_ps(c1, s, b));
+		}
+	}
+}
+
+AI void deq_seg_dense(const kq_matrix *m, int r, int k0, int kc, float *out, const kdtype wdt)
+{
+	size_t base = (size_t)r * (size_t)m->cols + (size_t)k0;
+	int c = 0;
+	for (; c + 8 <= kc; c += 8)
+		_mm256_storeu_ps(out + c, ld8(wdt, m->w, base + (size_t)c));
+	for (; c < kc; c++)
+		out[c] = ld1(wdt, m->w, base + (size_t)c);
+}
+
+static void deq_seg(const kq_matrix *m, int r, int k0, int kc, float *out, const dec_t *d)
+{
+	switch (m->bits) {
+	case 0:
+		if (m->wdt == KDT_F32)
+			deq_seg_dense(m, r, k0, kc, out, KDT_F32);
+		else if (m->wdt == KDT_F16)
+			deq_seg_dense(m, r, k0, kc, out, KDT_F16);
+		else
+			deq_seg_dense(m, r, k0, kc, out, KDT_BF16);
+		break;
+	case 2: deq_seg_q(m, r, k0, kc, out, d, 2); break;
+	case 3: deq_seg_q(m, r, k0, kc, out, d, 3); break;
+	case 4: deq_seg_q(m, r, k0, kc, out, d, 4); break;
+	case 5: deq_seg_q(m, r, k0, kc, out, d, 5); break;
+	case 6: deq_seg_q(m, r, k0, kc, out, d, 6); break;
+	default: deq_seg_q(m, r, k0, kc, out, d, 8); break;
+	}
+}
+
+static void avx2_embed(const kq_matrix *m, int row, float *out)
+{
+	dec_t d = dec_init(m->bits);
+	deq_seg(m, row, 0, m->cols, out, &d);
+}
+
+/* ---- matmul ------------------------------------------------------------- */
+
+#define MM_ROWS 8
+#define MM_KC 512
+
+typedef struct {
+	const kq_matrix *m;
+	const float *x;
+	int n;
+	const float *bias;
+	float *y;
+	dec_t d;
+} mm_job;
+
+/* 2 rows x 4 tokens: 8 accumulators + 4 x + 1 w fit the 16 ymm registers
+ * (a 4x4 block as in the AVX-512 file would need 21). */
+static void micro24(const float *w0, const float *w1, const float *x0, const float *x1, const float *x2,
+		    const float *x3, int kc, float out[2][4])
+{
+	__m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+	__m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+	int k = 0;
+	for (; k + 8 <= kc; k += 8) {
+		__m256 v0 = _mm256_loadu_ps(x0 + k), v1 = _mm256_loadu_ps(x1 + k);
+		__m256 v2 = _mm256_loadu_ps(x2 + k), v3 = _mm256_loadu_ps(x3 + k);
+		__m256 w = _mm256_loadu_ps(w0 + k);
+		a00 = _mm256_fmadd_ps(w, v0, a00);
+		a01 = _mm256_fmadd_ps(w, v1, a01);
+		a02 = _mm256_fmadd_ps(w, v2, a02);
+		a03 = _mm256_fmadd_ps(w, v3, a03);
+		w = _mm256_loadu_ps(w1 + k);
+		a10 = _mm256_fmadd_ps(w, v0, a10);
+		a11 = _mm256_fmadd_ps(w, v1, a11);
+		a12 = _mm256_fmadd_ps(w, v2, a12);
+		a13 = _mm256_fmadd_ps(w, v3, a13);
+	}
+	out[0][0] = hsum(a00), out[0][1] = hsum(a01), out[0][2] = hsum(a02), out[0][3] = hsum(a03);
+	out[1][0] = hsum(a10), out[1][1] = hsum(a11), out[1][2] = hsum(a12), out[1][3] = hsum(a13);
+	for (; k < kc; k++) {
+		out[0][0] += w0[k] * x0[k], out[0][1] += w0[k] * x1[k];
+		out[0][2] += w0[k] * x2[k], out[0][3] += w0[k] * x3[k];
+		out[1][0] += w1[k] * x0[k], out[1][1] += w1[k] * x1[k];
+		out[1][2] += w1[k] * x2[k], out[1][3] += w1[k] * x3[k];
+	}
+}
+
+static void mm_task(void *arg, int i)
+{
+	const mm_job *j = arg;
+	const kq_matrix *m = j->m;
+	const int rows = m->rows, cols = m->cols, n = j->n;
+	int r0 = i * MM_ROWS, nr = rows - r0 < MM_ROWS ? rows - r0 : MM_ROWS;
+	float wbuf[MM_ROWS][MM_KC] __attribute__((aligned(32)));
+	for (int k0 = 0; k0 < cols; k0 += MM_KC) {
+		int kc = cols - k0 < MM_KC ? cols - k0 : MM_KC;
+		for (int r = 0; r < nr; r++)
+			deq_seg(m, r0 + r, k0, kc, wbuf[r], &j->d);
+		for (int t0 = 0; t0 < n; t0 += 4) {
+			int nt = n - t0 < 4 ? n - t0 : 4;
+			const float *xt[4];
+			for (int t = 0; t < 4; t++)
+				xt[t] = j->x + (size_t)(t0 + (t < nt ? t : 0)) * (size_t)cols + (size_t)k0;
+			for (int rr = 0; rr < nr; rr += 2) {
+				const float *w1 = wbuf[rr + 1 < nr ? rr + 1 : rr];
+				float out[2][4];
+				micro24(wbuf[rr], w1, xt[0], xt[1], xt[2], xt[3], kc, out);
+				for (int r = 0; r < 2 && rr + r < nr; r++)
+					for (int t = 0; t < nt; t++) {
+						float *yp = j->y + (size_t)(t0 + t) * (size_t)rows + (size_t)(r0 + rr + r);
+						float base = k0 ? *yp : (j->bias ? j->bias[r0 + rr + r] : 0.0f);
+						*yp = base + out[r][t];
+					}
+			}
+		}
+	}
+}
+
+static void avx2_matmul(const kq_matrix *m, const float *x, int n, const float *bias, float *y)
+{
+	if (n <= 0 || m->rows <= 0)
+		return;
+	if (n == 1) {
+		avx2_matvec(m, x, bias, y);
+		return;
+	}
+	mm_job j = {.m = m, .x = x, .n = n, .bias = bias, .y = y, .d = dec_init(m->bits)};
+	kpool_for((m->rows + MM_ROWS - 1) / MM_ROWS, mm_task, &j);
+}
+
+/* ---- elementwise -------------------------------------------------------- */
+
+/* exp: Cephes range reduction and degree-6 polynomial, ~2 ulp; 2^n built
+ * in the exponent field, so x is clamped to [-87.3, 88.37] (results
+ * saturate at ~1e-38 and ~2.4e38 instead of 0 and inf). */
+AI __m256 exp256(__m256 x)
+{
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365447505531f)), _mm256_set1_ps(88.3762626647949f));
+	__m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+	x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+	__m256 y = _mm256_set1_ps(1.9875691500E-4f);
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+	y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+AI __m256 act256(__m256 g, int act)
+{
+	const __m256 one = _mm256_set1_ps(1.0f);
+	if (act == 0)
+		return _mm256_div_ps(g, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+	/* GELU (tanh approximation) as g / (1 + exp(-2u)), as the reference */
+	__m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+	__m256 u2 = _mm256_mul_ps(_mm256_set1_ps(-2.0f * 0.7978845608028654f),
+				  _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
+	return _mm256_div_ps(g, _mm256_add_ps(one, exp256(u2)));
+}
+
+static void avx2_glu(float *gate, const float *up, int n, int act)
+{
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 g = _mm256_loadu_ps(gate + i);
+		__m256 a = act == 0 ? act256(g, 0) : act256(g, 1);
+		_mm256_storeu_ps(gate + i, _mm256_mul_ps(a, _mm256_loadu_ps(up + i)));
+	}
+	if (i < n) {
+		float gb[8] = {0}, ub[8] = {0};
+		memcpy(gb, gate + i, sizeof(float) * (size_t)(n - i));
+		memcpy(ub, up + i, sizeof(float) * (size_t)(n - i));
+		__m256 g = _mm256_loadu_ps(gb);
+		__m256 a = act == 0 ? act256(g, 0) : act256(g, 1);
+		_mm256_storeu_ps(gb, _mm256_mul_ps(a, _mm256_loadu_ps(ub)));
+		memcpy(gate + i, gb, sizeof(float) * (size_t)(n - i));
+	}
+}
+
+static void avx2_rmsnorm(const float *x, const float *w, int n, float eps, int add_one, float *out)
+{
+	__m256 a = _mm256_setzero_ps();
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(x + i);
+		a = _mm256_fmadd_ps(v, v, a);
+	}
+	float ss = hsum(a);
+	for (int k = i; k < n; k++)
+		ss += x[k] * x[k];
+	float invs = 1.0f / sqrtf(ss / (float)n + eps), ones = add_one ? 1.0f : 0.0f;
+	__m256 inv = _mm256_set1_ps(invs), one = _mm256_set1_ps(ones);
+	for (i = 0; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), inv);
+		_mm256_storeu_ps(out + i, _mm256_mul_ps(v, _mm256_add_ps(_mm256_loadu_ps(w + i), one)));
+	}
+	for (; i < n; i++)
+		out[i] = x[i] * invs * (w[i] + ones);
+}
+
+static void avx2_rope(float *x, int nheads, int head_dim, int rot_dim, int pos, const float *inv_freq, float mscale)
+{
+	int half = rot_dim / 2;
+	if (half > K_MAX_ROPE_PAIRS) {
+		k_table_ref.rope(x, nheads, head_dim, rot_dim, pos, inv_freq, mscale);
+		return;
+	}
+	float cs[K_MAX_ROPE_PAIRS], sn[K_MAX_ROPE_PAIRS];
+	for (int i = 0; i < half; i++) {
+		float th = (float)pos * inv_freq[i];
+		cs[i] = cosf(th) * mscale;
+		sn[i] = sinf(th) * mscale;
+	}
+	for (int h = 0; h < nheads; h++) {
+		float *xh = x + (size_t)h * (size_t)head_dim;
+		int i = 0;
+		for (; i + 8 <= half; i += 8) {
+			__m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+			__m256 a = _mm256_loadu_ps(xh + i), b = _mm256_loadu_ps(xh + i + half);
+			_mm256_storeu_ps(xh + i, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+			_mm256_storeu_ps(xh + i + half, _mm256_fmadd_ps(a, s, _mm256_mul_ps(b, c)));
+		}
+		for (; i < half; i++) {
+			float a = xh[i], b = xh[i + half];
+			xh[i] = a * cs[i] - b * sn[i];
+			xh[i + half] = a * sn[i] + b * cs[i];
+		}
+	}
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+typedef struct {
+	const float *q, *k, *v;
+	float *out;
+	int n, pos0, n_heads, n_kv_heads, head_dim, window;
+	float scale, softcap;
+} at_job;
+
+#define AT_BLOCK 32
+
+AI float dot_hd(const float *a, const float *b, int hd)
+{
+	__m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
+	int c = 0;
+	for (; c + 16 <= hd; c += 16) {
+		d0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(b + c), d0);
+		d1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c + 8), _mm256_loadu_ps(b + c + 8), d1);
+	}
+	for (; c + 8 <= hd; c += 8)
+		d0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(b + c), d0);
+	float s = hsum(_mm256_add_ps(d0, d1));
+	for (; c < hd; c++)
+		s += a[c] * b[c];
+	return s;
+}
+
+/* One (token, head), online softmax over blocks of AT_BLOCK keys. */
+static void at_task(void *arg, int i)
+{
+	const at_job *a = arg;
+	const int hd = a->head_dim, t = i / a->n_heads, h = i % a->n_heads;
+	const int kh = h / (a->n_heads / a->n_kv_heads), p = a->pos0 + t;
+	const int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
+	const size_t kstride = (size_t)a->n_kv_heads * (size_t)hd;
+	const float *q = a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
+	const float *kb = a->k + (size_t)kh * (size_t)hd, *vb = a->v + (size_t)kh * (size_t)hd;
+	float acc[K_MAX_HEAD_DIM];
+	float sc[AT_BLOCK];
+	memset(acc, 0, sizeof(float) * (size_t)hd);
+	float m = -INFINITY, l = 0.0f;
+	for (int j0 = lo; j0 <= p; j0 += AT_BLOCK) {
+		int nb = p + 1 - j0 < AT_BLOCK ? p + 1 - j0 : AT_BLOCK;
+		float bm = -INFINITY;
+		for (int jj = 0; jj < nb; jj++) {
+			float s = dot_hd(q, kb + (size_t)(j0 + jj) * kstride, hd) * a->scale;
+			if (a->softcap > 0.0f)
+				s = a->softcap * tanhf(s / a->softcap);
+			sc[jj] = s;
+			bm = s > bm ? s : bm;
+		}
+		float mn = bm > m ? bm : m;
+		float alpha = expf(m - mn);
+		l *= alpha;
+		if (alpha != 1.0f)
+			for (int c = 0; c < hd; c++)
+				acc[c] *= alpha;
+		for (int jj = nb; jj < AT_BLOCK; jj++)
+			sc[jj] = mn; /* unused lanes: finite input */
+		for (int jj = 0; jj < AT_BLOCK; jj += 8)
+			_mm256_storeu_ps(sc + jj, exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + jj), _mm256_set1_ps(mn))));
+		for (int jj = 0; jj < nb; jj++) {
+			const float *vr = vb + (size_t)(j0 + jj) * kstride;
+			float pj = sc[jj];
+			__m256 pv = _mm256_set1_ps(pj);
+			l += pj;
+			int c = 0;
+			for (; c + 8 <= hd; c += 8)
+				_mm256_storeu_ps(acc + c, _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + c), _mm256_loadu_ps(acc + c)));
+			for (; c < hd; c++)
+				acc[c] += pj * vr[c];
+		}
+		m = mn;
+	}
+	float *o = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
+	float il = 1.0f / l;
+	for (int c = 0; c < hd; c++)
+		o[c] = acc[c] * il;
+}
+
+static void avx2_attention(const float *q, const float *k, const float *v, float *out, int n, int pos0, int n_heads,
+			   int n_kv_heads, int head_dim, float scale, int window, float softcap, float *scratch)
+{
+	if (head_dim > K_MAX_HEAD_DIM) {
+		k_table_ref.attention(q, k, v, out, n, pos0, n_heads, n_kv_heads, head_dim, scale, window, softcap,
+				      scratch);
+		return;
+	}
+	at_job a = {q, k, v, out, n, pos0, n_heads, n_kv_heads, head_dim, window, scale, softcap};
+	kpool_for(n * n_heads, at_task, &a);
+}
+
+const kernel_table k_table_avx2 = {
+	.name = "avx2",
+	.matvec = avx2_matvec,
+	.matmul = avx2_matmul,
+	.embed = avx2_embed,
+	.rmsnorm = avx2_rmsnorm,
+	.rope = avx2_rope,
+	.glu = avx2_glu,
+	.attention = avx2_attention,
+};
