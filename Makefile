@@ -21,7 +21,7 @@ LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC = $(wildcard tests/unit/test_*.c)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps pyenv fixtures test unit-test py-test asan demo clean
+.PHONY: all deps pyenv fixtures test unit-test py-test asan demo clean kbench
 all: $(BUILD)/mlxr $(TEST_BIN)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -43,6 +43,12 @@ $(BUILD)/mlxr: $(BUILD)/obj/broker/main.o $(BUILD)/libmlxr.a
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libmlxr.a
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# Kernel micro-benchmark (not a test): matvec GB/s vs measured read bandwidth.
+kbench: $(BUILD)/kbench
+	$(BUILD)/kbench
+$(BUILD)/kbench: $(BUILD)/obj/bench/kbench.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
