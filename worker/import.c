@@ -691,6 +691,49 @@ static int write_config(ictx *c, int dirfd)
 	return rc;
 }
 
+/* Every layer has the tensors its family needs, with the shapes the
+ * hyperparameters imply: a file missing one gets an error naming it here,
+ * not a directory that mlx-lm refuses later. */
+static int check_complete(ictx *c)
+{
+	const hparams *h = &c->hp;
+	uint64_t q = h->n_head * h->head_dim, kv = h->n_head_kv * h->head_dim;
+	const struct { const char *n; uint64_t cols, rows; int need; } req[] = {
+		{ "attn_norm", h->n_embd, 0, 1 },
+		{ "ffn_norm", h->n_embd, 0, 1 },
+		{ "attn_q", h->n_embd, q, 1 },
+		{ "attn_k", h->n_embd, kv, 1 },
+		{ "attn_v", h->n_embd, kv, 1 },
+		{ "attn_output", q, h->n_embd, 1 },
+		{ "ffn_gate", h->n_embd, h->n_ff, 1 },
+		{ "ffn_up", h->n_embd, h->n_ff, 1 },
+		{ "ffn_down", h->n_ff, h->n_embd, 1 },
+		{ "post_attention_norm", h->n_embd, 0, h->a->gemma_norms },
+		{ "post_ffw_norm", h->n_embd, 0, h->a->gemma_norms },
+		{ "attn_q_norm", h->head_dim, 0, h->arch == ARCH_GEMMA3 || h->arch == ARCH_QWEN3 },
+		{ "attn_k_norm", h->head_dim, 0, h->arch == ARCH_GEMMA3 || h->arch == ARCH_QWEN3 },
+	};
+	if (!gguf_find_tensor(&c->g, "output_norm.weight"))
+		return ferr(c, "tensor 'output_norm.weight' is missing");
+	for (uint64_t l = 0; l < h->n_layer; l++)
+		for (size_t i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
+			if (!req[i].need)
+				continue;
+			char nm[96];
+			snprintf(nm, sizeof(nm), "blk.%llu.%s.weight", (unsigned long long)l, req[i].n);
+			const gguf_tensor *t = gguf_find_tensor(&c->g, nm);
+			if (!t)
+				return ferr(c, "tensor '%s' is missing", nm);
+			int ok = req[i].rows ? t->n_dims == 2 && t->ne[0] == req[i].cols && t->ne[1] == req[i].rows
+					     : t->ne[0] == req[i].cols && t->n_elem == req[i].cols;
+			if (!ok)
+				return ferr(c, "tensor '%s': shape [%llu, %llu] where [%llu, %llu] was expected", nm,
+					    (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+					    (unsigned long long)req[i].cols, (unsigned long long)(req[i].rows ? req[i].rows : 1));
+		}
+	return 0;
+}
+
 static int cmp_out(const void *a, const void *b)
 {
 	return strcmp(((const st_out *)a)->name, ((const st_out *)b)->name);
@@ -730,6 +773,8 @@ int gguf_import(int in_fd, int out_dirfd, const gguf_import_opts *opts, gguf_imp
 	}
 	c.hp.vocab = emb->ne[1];
 	c.hp.tied = gguf_find_tensor(&c.g, "output.weight") == NULL;
+	if (check_complete(&c))
+		goto out;
 	for (uint64_t i = 0; i < c.g.n_tensors; i++)
 		if (convert_tensor(&c, &c.g.tensors[i]))
 			goto out;

@@ -108,7 +108,6 @@ typedef struct {
 	uint64_t n;          /* vocabulary size */
 	char **sp;           /* spelling of each token (owned) */
 	uint32_t *sl;        /* its length */
-	const int32_t *type; /* unused */
 	hmap h;
 	char *err;
 	size_t errlen;
@@ -327,19 +326,12 @@ static void w_post(jw_buf *w, tctx *c, int64_t bos, int add_bos)
 	jw_cstr(w, "}},\n");
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_length, int dirfd, char *err,
 			 size_t errlen)
 {
 	tctx c = { 0 };
 	jw_buf w = { 0 }, tc = { 0 };
 	int rc = -1;
-	int64_t *pairs = NULL;
 	c.g = g;
 	c.err = err;
 	c.errlen = errlen;
@@ -593,8 +585,6 @@ int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_
 		goto out;
 	rc = 0;
 out:
-	(void)cmp_i64;
-	free(pairs);
 	jw_free(&w);
 	jw_free(&tc);
 	if (c.sp)

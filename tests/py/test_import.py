@@ -223,7 +223,7 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
-def write_tiny_llama(path, dtype=np.float32, seed=0):
+def write_tiny_llama(path, dtype=np.float32, seed=0, drop=()):
     """A 1-layer llama with random f32 weights and a byte-level vocabulary."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "llama")
@@ -254,6 +254,8 @@ def write_tiny_llama(path, dtype=np.float32, seed=0):
         "blk.0.ffn_down.weight": (H, F),
     }
     for name, shape in tensors.items():
+        if name in drop:
+            continue
         a = (rng.standard_normal(shape) * 0.05).astype(np.float32)
         if len(shape) == 1:
             a = a + 1
@@ -460,6 +462,14 @@ def test_malformed_gguf_exits_1_and_leaves_no_directory(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith(f"mlxr: import: {src}: "), r.stderr
     assert want in lines[0], lines[0]
     assert os.listdir(parent) == [], "partial output left behind"
+
+
+def test_missing_layer_tensor_is_named(tmp_path):
+    src = tmp_path / "holey.gguf"
+    write_tiny_llama(src, drop=("blk.0.ffn_up.weight",))
+    r = run_import("--output", str(tmp_path / "m"), str(src))
+    assert r.returncode == 1 and "tensor 'blk.0.ffn_up.weight' is missing" in r.stderr, r.stderr
+    assert not (tmp_path / "m").exists()
 
 
 def test_truncated_real_file_is_rejected(tmp_path):
