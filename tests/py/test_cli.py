@@ -16,28 +16,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MLXR = os.environ.get("MLXR", str(ROOT / "build" / "mlxr"))
-FIXTURES = Path(os.environ.get("MLXR_FIXTURES", Path.home() / ".cache" / "mlxr" / "fixtures"))
-
-
-def fixture_dir(name):
-    """Path of fixture model `name`, built on first use by tests/fixtures.py."""
-    subprocess.run([sys.executable, str(ROOT / "tests" / "fixtures.py"), "--only", name, "--mlxr", MLXR],
-                   check=True, stdout=subprocess.DEVNULL)
-    manifest = json.loads((FIXTURES / "manifest.json").read_text())
-    for m in manifest["models"]:
-        if m["name"] == name:
-            return Path(m["path"])
-    raise AssertionError(f"fixture {name} missing from the manifest")
 
 
 @pytest.fixture(scope="module")
-def smol():
-    return fixture_dir("smollm2")
+def smol(fixture_model):
+    return Path(fixture_model("smollm2")["path"])
 
 
 @pytest.fixture(scope="module")
-def small():
-    return fixture_dir("llama-q4g64-bf16")
+def small(fixture_model):
+    return Path(fixture_model("llama-q4g64-bf16")["path"])
 
 
 def mlxr(*args, env=None, input=None, timeout=300):
