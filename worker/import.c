@@ -513,9 +513,11 @@ static int convert_tensor(ictx *c, const gguf_tensor *t)
 			/* MLX quantizes the f16 weights mlx-lm would hold. */
 			float v = gguf_f16_to_f32(gguf_f32_to_f16(row[j]));
 			if (!isfinite(v)) {
+				/* Format the message before freeing row: it reads row[j]. */
+				ferr(c, "tensor '%s': value %g at row %llu does not fit f16", t->name,
+				     (double)row[j], (unsigned long long)rr);
 				free(row);
-				return ferr(c, "tensor '%s': value %g at row %llu does not fit f16", t->name,
-					    (double)row[j], (unsigned long long)rr);
+				return -1;
 			}
 			row[j] = v;
 		}

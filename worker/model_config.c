@@ -209,9 +209,11 @@ int model_config_parse(model_config *c, const char *json, size_t len, char *err,
 		c->head_dim = c->hidden / c->n_heads; /* mlx-lm phi3 ignores head_dim */
 	else if (get_int(r, "head_dim", hd_default, 0, 2, 1024, &c->head_dim, err, errlen))
 		goto fail;
-	if (c->head_dim % 2 || c->n_heads % c->n_kv_heads) {
-		snprintf(err, errlen, "config.json: head_dim %d must be even and num_attention_heads %d a multiple of "
-			 "num_key_value_heads %d", c->head_dim, c->n_heads, c->n_kv_heads);
+	/* The range is checked here, not only by get_int: the default
+	 * (hidden / heads) and phi3's derived value bypass get_int's bounds. */
+	if (c->head_dim < 2 || c->head_dim > 1024 || c->head_dim % 2 || c->n_heads % c->n_kv_heads) {
+		snprintf(err, errlen, "config.json: head_dim %d must be even in [2, 1024] and num_attention_heads %d a "
+			 "multiple of num_key_value_heads %d", c->head_dim, c->n_heads, c->n_kv_heads);
 		goto fail;
 	}
 	double eps_def = c->arch >= ARCH_GEMMA ? 1e-6 : 1e-5;

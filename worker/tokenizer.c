@@ -729,13 +729,15 @@ static void sl_bytes(slist *l, const void *p, size_t n)
 		l->b = nb;
 		l->cap = nc;
 	}
-	memcpy(l->b + l->len, p, n);
+	if (n) /* p may be NULL when n == 0 (an empty list fused) */
+		memcpy(l->b + l->len, p, n);
 	l->len += n;
 }
 
 /* Ends the current string. */
 static void sl_end(slist *l)
 {
+	sl_bytes(l, "", 0); /* allocates b: SL_S of an empty string is never NULL + 0 */
 	if (l->oom) return;
 	if (l->n + 2 > l->ncap) {
 		size_t nc = l->ncap ? l->ncap * 2 : 16;

@@ -7,7 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "worker/gguf.h"
+#include "worker/import.h"
 
 static int failures;
 
@@ -337,6 +342,29 @@ static void test_mlx_quantize(void)
 	CHECK(mlx_quantize(w, 1, 32, 7, 32, q, s, b) == -1, "7 bits");
 }
 
+/* Found by fuzz/gguf_fuzzer: a requantized tensor holding a value outside
+ * f16's range made gguf_import format its error message from a freed row
+ * buffer (heap-use-after-free under ASan). The regression input is a
+ * small llama GGUF in the fuzz corpus; run from the repository root. */
+static void test_import_f16_overflow_message(void)
+{
+	const char *in = "fuzz/gguf_seed_corpus/regress-import-f16-overflow-uaf";
+	int fd = open(in, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0, "open %s (run from the repository root)", in);
+	if (fd < 0)
+		return;
+	char dir[] = "/tmp/mlxr-test-gguf-XXXXXX";
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	int od = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	gguf_import_opts o = { 4, 64 };
+	char err[256] = "";
+	int r = gguf_import(fd, od, &o, NULL, err, sizeof(err));
+	CHECK(r == -1 && strstr(err, "does not fit f16"), "rejected: rc %d, '%s'", r, err);
+	close(od);
+	close(fd);
+	rmdir(dir); /* empty: the check happens before any file is written */
+}
+
 int main(void)
 {
 	test_valid_file_parses();
@@ -345,6 +373,7 @@ int main(void)
 	test_f16_conversions();
 	test_dequant_known_answers();
 	test_mlx_quantize();
+	test_import_f16_overflow_message();
 	if (failures) {
 		printf("test_gguf: %d failure(s)\n", failures);
 		return 1;

@@ -251,6 +251,34 @@ static void test_sentencepiece_byte_fallback(void)
 	free(j);
 }
 
+/* Found by fuzz/tokenizer_fuzzer (regression inputs
+ * fuzz/tokenizer_seed_corpus/regress-*.json): decoding nothing, or only
+ * empty pieces, passed NULL to memcpy in the Fuse decoder and formed
+ * NULL + 0 for an empty piece list (UBSan). */
+static void test_decode_empty(void)
+{
+	for (int k = 0; k < 2; k++) {
+		size_t n;
+		char *j = k ? sp_json(&n) : bytelevel_json(&n);
+		tokenizer *t = load(j, n);
+		CHECK(t, "tokenizer %d loads", k);
+		if (!t) { free(j); continue; }
+		char *o = NULL;
+		size_t ol = 1;
+		CHECK(tok_decode(t, NULL, 0, 0, &o, &ol) == 0 && o && ol == 0 && o[0] == 0, "no ids decode to \"\"");
+		free(o);
+		int skipped[] = { k ? 262 : 300 };
+		CHECK(tok_decode(t, skipped, 1, 1, &o, &ol) == 0 && o && ol == 0, "only skipped ids decode to \"\"");
+		free(o);
+		int *ids;
+		char err[128];
+		CHECK(tok_encode(t, "", 0, NULL, &ids, &n, err, sizeof(err)) == 0 && n == 0, "\"\" encodes to nothing");
+		free(ids);
+		tok_free(t);
+		free(j);
+	}
+}
+
 /* Hostile or unsupported inputs: each is rejected with a message, never a
  * crash (ASan/UBSan catch the rest). */
 static void test_rejects(void)
@@ -323,6 +351,7 @@ int main(void)
 	test_bytelevel_known_answers();
 	test_stream_never_splits_utf8();
 	test_sentencepiece_byte_fallback();
+	test_decode_empty();
 	test_rejects();
 	if (failures) {
 		printf("test_tokenizer: %d failure(s)\n", failures);
