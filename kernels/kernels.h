@@ -14,7 +14,23 @@
  * values is cut into groups of `group_size`; value j of a row is the
  * unsigned code at bit offset j*bits of the row's little-endian bit stream
  * (uint32 words, LSB first), and w = scale[g] * code + bias[g].
- * The row stride of the codes is cols*bits/8 bytes.
+ * The row stride of the codes is cols*bits/8 bytes. (Checked against
+ * mx.quantize/mx.dequantize/mx.quantized_matmul for every bits x group
+ * size x scale dtype by tests/py/test_quant_mlx.py.)
+ *
+ * Interface notes (no signature has changed):
+ * - Matrices: quantized cols MUST be a multiple of group_size; dense cols
+ *   may be anything. x, y, bias are f32 arrays, 4-byte aligned is enough.
+ * - Fast tables fall back to the reference code for shapes beyond their
+ *   internal limits (cols/group_size > 8192, head_dim > 512,
+ *   rot_dim > 1024): still correct, just slower.
+ * - The 4-bit matvec keeps an f32 copy of x (cols <= 32768) on the
+ *   caller's stack: call it from a thread with >= 256 KiB of stack.
+ * - glu's GELU is evaluated as g / (1 + exp(-2u)), the same function as
+ *   0.5 g (1 + tanh u) without its cancellation for negative g.
+ * - The fast tables agree with the reference within relative ~1e-5 of
+ *   sum |w_j x_j| (tests/unit/test_kernels.c names each tolerance); they
+ *   are not bit-identical to it.
  */
 #ifndef MLXR_KERNELS_H
 #define MLXR_KERNELS_H
@@ -43,7 +59,12 @@ typedef struct {
 } kq_matrix;
 
 /* Worker-thread pool shared by every kernel. kpool_init(0) uses all
- * online CPUs. Kernels split work across the pool internally. */
+ * CPUs this process may run on (MLXR_THREADS=n overrides); calling it
+ * again replaces the pool. Returns 0, or -1 if no thread could be made.
+ * Without kpool_init every kernel runs on the calling thread.
+ * Kernels split work across the pool internally. kpool_for MUST be
+ * called from one thread at a time; a call made from inside a pool task
+ * runs inline (serially) on that thread. */
 int kpool_init(int nthreads);
 int kpool_threads(void);
 void kpool_free(void);
@@ -84,7 +105,8 @@ typedef struct {
 const kernel_table *kernels_ref(void);
 const kernel_table *kernels_avx2(void);   /* NULL if no AVX2+FMA+F16C */
 const kernel_table *kernels_avx512(void); /* NULL if no AVX-512 F/BW/VL */
-/* The fastest available; MLXR_KERNELS=ref|avx2|avx512 forces one. */
+/* The fastest available; MLXR_KERNELS=ref|avx2|avx512 forces one (a name
+ * this CPU cannot run, or an unknown one, is ignored). Never NULL. */
 const kernel_table *kernels_best(void);
 
 /* Element conversions used by kernels and loaders. */

@@ -138,115 +138,78 @@ typedef struct {
 } mv_job;
 
 /* Two rows at a time share every x load and give the core two independent
- * FMA chains per group.
- * Tried: software prefetch of the codes 512/1024/2048 bytes ahead (#1):
- * no gain visible over the noise of the shared 2-core test machine (cold
- * 4-bit 2048x8192 stayed at 1.8-3.7 GB/s), so the hardware prefetcher
- * is left to do it. */
-AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
+ * FMA chains per group; an odd last row runs as a pair with itself.
+ * Scales and biases are converted 16 groups at a time into vectors: the
+ * bias term sum_g b_g * sum(x_g) is then a vector FMA per 16 groups, and
+ * each group's scale is a broadcast from a stack array folded into the
+ * FMA. Per-group scalar loads and conversions (#2) cost as much as the
+ * 64 codes of a group in 4-bit.
+ *
+ * 4-bit (eo = 1): even/odd order. vpmovzxbd puts byte i (codes 2i, 2i+1)
+ * in lane i; `& 15` gives the even codes, `>> 4` the odd ones, so x is
+ * split once per call into even/odd halves of each 32-block (xp) and the
+ * inner loop is load+zext, and, shift, 2 converts, 2 FMAs per 32 codes
+ * with one shuffle-port uop. Tried (#1): unpack{lo,hi}_epi8 to natural
+ * order (dec32): four shuffle uops per 32 codes, 5.9 GB/s hot on one core
+ * of the 16-core test host, against 6.6 for even/odd alone.
+ *
+ * Tried: software prefetch of the codes 512/1024/2048 bytes ahead (#3):
+ * no gain visible over the noise of the shared 2-core dev machine. */
+AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits, const int eo)
 {
 	const kq_matrix *m = j->m;
 	const int gs = m->group_size, ng = m->cols / gs, gbytes = gs * bits / 8;
 	const size_t rb = k_row_bytes(m);
 	const uint8_t *sc = m->scales, *bi = m->biases;
 	const kdtype sdt = m->sdt;
-	const float *x = j->x, *xs = j->xs;
-	int r = r0;
-	for (; r + 2 <= r1; r += 2) {
-		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = w0 + rb;
-		size_t g0 = (size_t)r * (size_t)ng, g1 = g0 + (size_t)ng;
-		__m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
-		float bs0 = 0.0f, bs1 = 0.0f;
-		for (int g = 0; g < ng; g++) {
-			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
-			const float *xg = x + (size_t)g * (size_t)gs;
-			__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-			for (int v = 0; v < gs; v += 32) {
-				__m512 x0 = _mm512_loadu_ps(xg + v), x1 = _mm512_loadu_ps(xg + v + 16);
-				__m512 c0, c1, e0, e1;
-				dec32(p0 + v * bits / 8, bits, &j->d, &c0, &c1);
-				dec32(p1 + v * bits / 8, bits, &j->d, &e0, &e1);
-				a0 = _mm512_fmadd_ps(c0, x0, a0);
-				a1 = _mm512_fmadd_ps(e0, x0, a1);
-				a0 = _mm512_fmadd_ps(c1, x1, a0);
-				a1 = _mm512_fmadd_ps(e1, x1, a1);
-			}
-			t0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_sb(sdt, sc, g0 + (size_t)g)), a0, t0);
-			t1 = _mm512_fmadd_ps(_mm512_set1_ps(ld_sb(sdt, sc, g1 + (size_t)g)), a1, t1);
-			bs0 += ld_sb(sdt, bi, g0 + (size_t)g) * xs[g];
-			bs1 += ld_sb(sdt, bi, g1 + (size_t)g) * xs[g];
-		}
-		j->y[r] = _mm512_reduce_add_ps(t0) + bs0 + (j->bias ? j->bias[r] : 0.0f);
-		j->y[r + 1] = _mm512_reduce_add_ps(t1) + bs1 + (j->bias ? j->bias[r + 1] : 0.0f);
-	}
-	for (; r < r1; r++) {
-		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb;
-		size_t g0 = (size_t)r * (size_t)ng;
-		__m512 t0 = _mm512_setzero_ps();
-		float bs0 = 0.0f;
-		for (int g = 0; g < ng; g++) {
-			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes;
-			const float *xg = x + (size_t)g * (size_t)gs;
-			__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-			for (int v = 0; v < gs; v += 32) {
-				__m512 c0, c1;
-				dec32(p0 + v * bits / 8, bits, &j->d, &c0, &c1);
-				a0 = _mm512_fmadd_ps(c0, _mm512_loadu_ps(xg + v), a0);
-				a1 = _mm512_fmadd_ps(c1, _mm512_loadu_ps(xg + v + 16), a1);
-			}
-			t0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_sb(sdt, sc, g0 + (size_t)g)), _mm512_add_ps(a0, a1), t0);
-			bs0 += ld_sb(sdt, bi, g0 + (size_t)g) * xs[g];
-		}
-		j->y[r] = _mm512_reduce_add_ps(t0) + bs0 + (j->bias ? j->bias[r] : 0.0f);
-	}
-}
-
-/* 4-bit, even/odd order. vpmovzxbd puts byte i (codes 2i, 2i+1) in lane i;
- * `& 15` gives the even codes, `>> 4` the odd ones, in lane order, so x is
- * split once per call into even/odd halves of each 32-block (xp) and the
- * inner loop is load+zext, and, shift, 2 converts, 2 FMAs per 32 codes,
- * with a single shuffle-port uop.
- * Tried (#1): unpack{lo,hi}_epi8 to natural order (dec32): four
- * shuffle-port uops per 32 codes; 1 thread, 16-core test host: 5.9 GB/s
- * hot. This version: see the number recorded in kbench's report. */
-AI void mv_rows_q4(const mv_job *j, int r0, int r1)
-{
-	const kq_matrix *m = j->m;
-	const int gs = m->group_size, ng = m->cols / gs, gbytes = gs / 2;
-	const size_t rb = k_row_bytes(m);
-	const uint8_t *sc = m->scales, *bi = m->biases;
-	const kdtype sdt = m->sdt;
-	const float *x = j->xp, *xs = j->xs;
+	const float *x = eo ? j->xp : j->x, *xs = j->xs;
 	const __m512i mask = _mm512_set1_epi32(15);
-	int r = r0;
-	for (; r + 2 <= r1; r += 2) {
-		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = w0 + rb;
-		size_t g0 = (size_t)r * (size_t)ng, g1 = g0 + (size_t)ng;
-		__m512 t0 = _mm512_setzero_ps(), t1 = _mm512_setzero_ps();
-		float bs0 = 0.0f, bs1 = 0.0f;
-		for (int g = 0; g < ng; g++) {
-			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
-			const float *xg = x + (size_t)g * (size_t)gs;
-			__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-			for (int v = 0; v < gs; v += 32) {
-				__m512 xe = _mm512_loadu_ps(xg + v), xo = _mm512_loadu_ps(xg + v + 16);
-				__m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + v / 2)));
-				__m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p1 + v / 2)));
-				a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b0, mask)), xe, a0);
-				a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b1, mask)), xe, a1);
-				a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4)), xo, a0);
-				a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4)), xo, a1);
+	for (int r = r0; r < r1; r += 2) {
+		const int pair = r + 1 < r1;
+		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = pair ? w0 + rb : w0;
+		size_t g0 = (size_t)r * (size_t)ng, g1 = pair ? g0 + (size_t)ng : g0;
+		__m512 t0 = _mm512_setzero_ps(), t1 = t0, u0 = t0, u1 = t0;
+		for (int gc = 0; gc < ng; gc += 16) {
+			const int gn = ng - gc < 16 ? ng - gc : 16;
+			const __mmask16 k = gn == 16 ? 0xffff : (__mmask16)((1u << gn) - 1);
+			__m512 xsv = _mm512_maskz_loadu_ps(k, xs + gc);
+			u0 = _mm512_fmadd_ps(ld16(sdt, bi, g0 + (size_t)gc, k), xsv, u0);
+			u1 = _mm512_fmadd_ps(ld16(sdt, bi, g1 + (size_t)gc, k), xsv, u1);
+			float s0[16], s1[16];
+			_mm512_storeu_ps(s0, ld16(sdt, sc, g0 + (size_t)gc, k));
+			_mm512_storeu_ps(s1, ld16(sdt, sc, g1 + (size_t)gc, k));
+			for (int gi = 0; gi < gn; gi++) {
+				const int g = gc + gi;
+				const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
+				const float *xg = x + (size_t)g * (size_t)gs;
+				__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+				for (int v = 0; v < gs; v += 32) {
+					__m512 x0 = _mm512_loadu_ps(xg + v), x1 = _mm512_loadu_ps(xg + v + 16);
+					__m512 c0, c1, e0, e1;
+					if (eo) {
+						__m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + v / 2)));
+						__m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p1 + v / 2)));
+						c0 = _mm512_cvtepi32_ps(_mm512_and_si512(b0, mask));
+						c1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4));
+						e0 = _mm512_cvtepi32_ps(_mm512_and_si512(b1, mask));
+						e1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4));
+					} else {
+						dec32(p0 + v * bits / 8, bits, &j->d, &c0, &c1);
+						dec32(p1 + v * bits / 8, bits, &j->d, &e0, &e1);
+					}
+					a0 = _mm512_fmadd_ps(c0, x0, a0);
+					a1 = _mm512_fmadd_ps(e0, x0, a1);
+					a0 = _mm512_fmadd_ps(c1, x1, a0);
+					a1 = _mm512_fmadd_ps(e1, x1, a1);
+				}
+				t0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[gi]), a0, t0);
+				t1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[gi]), a1, t1);
 			}
-			t0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_sb(sdt, sc, g0 + (size_t)g)), a0, t0);
-			t1 = _mm512_fmadd_ps(_mm512_set1_ps(ld_sb(sdt, sc, g1 + (size_t)g)), a1, t1);
-			bs0 += ld_sb(sdt, bi, g0 + (size_t)g) * xs[g];
-			bs1 += ld_sb(sdt, bi, g1 + (size_t)g) * xs[g];
 		}
-		j->y[r] = _mm512_reduce_add_ps(t0) + bs0 + (j->bias ? j->bias[r] : 0.0f);
-		j->y[r + 1] = _mm512_reduce_add_ps(t1) + bs1 + (j->bias ? j->bias[r + 1] : 0.0f);
+		j->y[r] = _mm512_reduce_add_ps(t0) + _mm512_reduce_add_ps(u0) + (j->bias ? j->bias[r] : 0.0f);
+		if (pair)
+			j->y[r + 1] = _mm512_reduce_add_ps(t1) + _mm512_reduce_add_ps(u1) + (j->bias ? j->bias[r + 1] : 0.0f);
 	}
-	if (r < r1)
-		mv_rows_q(j, r, r1, 4);
 }
 
 AI void mv_rows_dense(const mv_job *j, int r0, int r1, const kdtype wdt)
@@ -282,17 +245,17 @@ static void mv_task(void *arg, int i)
 		else
 			mv_rows_dense(j, r0, r1, KDT_BF16);
 		break;
-	case 2: mv_rows_q(j, r0, r1, 2); break;
-	case 3: mv_rows_q(j, r0, r1, 3); break;
+	case 2: mv_rows_q(j, r0, r1, 2, 0); break;
+	case 3: mv_rows_q(j, r0, r1, 3, 0); break;
 	case 4:
 		if (j->xp)
-			mv_rows_q4(j, r0, r1);
+			mv_rows_q(j, r0, r1, 4, 1);
 		else
-			mv_rows_q(j, r0, r1, 4);
+			mv_rows_q(j, r0, r1, 4, 0);
 		break;
-	case 5: mv_rows_q(j, r0, r1, 5); break;
-	case 6: mv_rows_q(j, r0, r1, 6); break;
-	default: mv_rows_q(j, r0, r1, 8); break;
+	case 5: mv_rows_q(j, r0, r1, 5, 0); break;
+	case 6: mv_rows_q(j, r0, r1, 6, 0); break;
+	default: mv_rows_q(j, r0, r1, 8, 0); break;
 	}
 }
 

@@ -5,11 +5,12 @@
  * caller thread works too. Decode on a small model runs a few hundred
  * jobs per token, each tens of microseconds, so the hand-off must be
  * cheap: workers spin on the job generation for a while (K_SPIN pauses)
- * and only then sleep on a futex; the caller spins on the pending count
- * the same way. A futex wake is issued only when someone is asleep.
+ * and only then sleep on a futex; the caller spins on the count of
+ * finished tasks the same way. A futex wake is issued only when someone is asleep.
  *
- * Measured by `make kbench` ("kpool_for round trip"): see the number
- * recorded next to K_SPIN.
+ * `make kbench` reports the kpool_for round trip (empty tasks): 0.5 us
+ * with 2 threads, 4.7 us with 16 (16-core test host); 0.15-0.7 us on the
+ * loaded 2-core dev machine.
  *
  * Contract: kpool_for is called from one thread at a time (the worker's
  * forward pass). A call from inside a pool task, or while another call is
