@@ -173,6 +173,9 @@ def test_reference_is_sane(name, fixture_model):
         assert p["generated"][0] == p["argmax"][-1] or p["margins"][0] < NEAR_TIE
         # mlx-lm's KV-cache path and its uncached path agree.
         sc = p["self_check"]
+        if sc is None:  # real models check their first prompt only
+            assert entry["real"] and i > 0
+            continue
         assert sc["max_abs_diff_cached_vs_uncached"] <= LOGIT_TOL
         assert all(p["margins"][j] < NEAR_TIE for j in sc["near_tie_mismatches"])
 
