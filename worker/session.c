@@ -357,7 +357,7 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 		}
 		memcpy(s->cache_ids + done, ids + done, sizeof(int) * step);
 		done += step;
-		if (p->cancel && *p->cancel) {
+		if ((p->cancel && *p->cancel) || (p->progress && done < n && p->progress(arg, done, n))) {
 			stats->stop_reason = 4;
 			rc = 0;
 			goto out;

@@ -41,6 +41,8 @@ typedef struct {
 	const char *stops[SESSION_MAX_STOPS];
 	int n_stops;
 	volatile sig_atomic_t *cancel;    /* generation stops when *cancel != 0 */
+	/* Called after each prefill batch (may be NULL); nonzero cancels. */
+	int (*progress)(void *arg, size_t done, size_t total);
 } gen_params;
 
 typedef struct {

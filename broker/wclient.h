@@ -1,0 +1,50 @@
+/* broker/wclient.h — the broker's handle on a model-running worker.
+ *
+ * Everything that runs a model (run, chat, bench, eval, serve) goes through
+ * this interface: the broker validates the model directory, starts the
+ * worker, and from then on only sends requests and reads typed events
+ * (text delta, reasoning delta, progress, end). The broker never sees
+ * model internals, and treats everything the worker sends as hostile.
+ *
+ * Threads: a wclient serves one request at a time; callers serialise
+ * (the HTTP server queues requests in arrival order).
+ *
+ * Failure: a worker that crashes, is killed or breaks protocol fails the
+ * running request with WC_ERR_WORKER and is restarted for the next one.
+ */
+#ifndef MLXR_WCLIENT_H
+#define MLXR_WCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/wcapi.h"
+
+typedef struct wclient wclient;
+
+typedef struct {
+	int ctx;        /* context tokens; 0 = 4096, capped by the model */
+	int sealed;     /* copy weights into sealed memfds after validation */
+	int no_sandbox; /* debugging only: the worker runs without its sandbox */
+} wclient_opts;
+
+typedef struct {
+	char model_type[32];
+	char chat_format[16]; /* "chatml", "qwen3", "llama3", ... */
+	int chat_ok;          /* 0: the template was not recognised; ChatML fallback */
+	char chat_note[256];  /* why, for the user */
+	int vocab, ctx, max_pos, n_layers, hidden, n_heads, n_kv_heads;
+	uint64_t weight_bytes; /* tensor bytes */
+	uint64_t decode_bytes; /* weight bytes read per decoded token */
+	double load_s;         /* validation + worker start + load */
+} wclient_info;
+
+int wclient_start(wclient **out, const char *model_dir, const wclient_opts *o, wc_error *e);
+const wclient_info *wclient_info_get(const wclient *c);
+int wclient_generate(wclient *c, const wc_request *r, wc_event_fn fn, void *arg, wc_error *e);
+/* Plain text to ids (special: recognise special tokens everywhere). */
+int wclient_tokenize(wclient *c, const char *text, size_t len, int special, int **ids, size_t *n, wc_error *e);
+int wclient_detokenize(wclient *c, const int *ids, size_t n, char **out, size_t *len, wc_error *e);
+void wclient_stop(wclient *c);
+
+#endif

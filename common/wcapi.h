@@ -1,0 +1,97 @@
+/* common/wcapi.h — the generation request and its events, as the broker
+ * and the worker both see them (the IPC codec carries these; the worker's
+ * executor runs them; broker/wclient.h is the broker's handle). */
+#ifndef MLXR_WCAPI_H
+#define MLXR_WCAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+	WC_ROLE_SYSTEM,
+	WC_ROLE_USER,
+	WC_ROLE_ASSISTANT,
+	WC_ROLE_COUNT
+} wc_role;
+
+typedef struct {
+	wc_role role;
+	const char *text;
+	size_t len;
+} wc_msg;
+
+#define WC_MAX_STOPS 8
+
+typedef struct {
+	/* Either a conversation (rendered with the model's chat template;
+	 * message text is plain text and can never be a control token) ... */
+	const wc_msg *msgs;
+	size_t n_msgs;
+	int no_think;        /* Qwen3: thinking off */
+	int continue_final;  /* assistant prefill: continue the last message */
+	int trim;            /* drop oldest turns (keeping the system prompt and
+			      * the last message) when the prompt does not fit;
+			      * 0: a prompt that does not fit is WC_ERR_CONTEXT */
+	/* ... or a raw prompt (msgs == NULL). */
+	const char *prompt;
+	size_t prompt_len;
+	int parse_special;   /* raw prompt only: recognise special tokens */
+	/* Sampling (see worker/sampler.h); temperature 0 is greedy. */
+	float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+	int top_k, repeat_last_n;
+	uint64_t seed;
+	int max_tokens;      /* <= 0: until EOS or the context is full */
+	const char *stops[WC_MAX_STOPS];
+	int n_stops;
+} wc_request;
+
+/* Fills r with the defaults (Ollama's sampling defaults, random seed). */
+void wc_request_defaults(wc_request *r);
+
+typedef enum {
+	WC_EV_TEXT,      /* answer text: complete UTF-8 */
+	WC_EV_REASONING, /* thinking text (Qwen3 <think>...</think>) */
+	WC_EV_PROGRESS,  /* prefill progress: prompt_tokens, prefilled so far */
+	WC_EV_END,
+	WC_EV_COUNT
+} wc_event_type;
+
+typedef enum {
+	WC_FINISH_STOP,      /* end of sequence or stop string */
+	WC_FINISH_LENGTH,    /* max_tokens */
+	WC_FINISH_CONTEXT,   /* the context filled up */
+	WC_FINISH_CANCELLED,
+	WC_FINISH_COUNT
+} wc_finish;
+
+typedef struct {
+	wc_event_type type;
+	const char *text; /* TEXT, REASONING */
+	size_t len;
+	/* PROGRESS and END */
+	wc_finish finish;
+	size_t prompt_tokens, prefilled, completion_tokens;
+	double prefill_s, decode_s, ttft_s;
+} wc_event;
+
+/* Return nonzero to cancel the request (it then ends within one decode
+ * step with WC_FINISH_CANCELLED). */
+typedef int (*wc_event_fn)(void *arg, const wc_event *ev);
+
+typedef enum {
+	WC_ERR_NONE,
+	WC_ERR_INVALID,  /* the request is invalid (bad conversation, bad ids) */
+	WC_ERR_CONTEXT,  /* the prompt does not fit: prompt_tokens > ctx */
+	WC_ERR_MODEL,    /* the model failed validation or loading */
+	WC_ERR_WORKER,   /* the worker crashed or broke protocol */
+	WC_ERR_COUNT
+} wc_error_kind;
+
+typedef struct {
+	wc_error_kind kind;
+	size_t prompt_tokens;
+	int ctx;
+	char msg[512];
+} wc_error;
+
+#endif
