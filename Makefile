@@ -15,15 +15,19 @@ LDLIBS  = -ledit -lm -pthread $(EXTRA_LDLIBS)
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
-LIB_SRC = $(wildcard common/*.c) $(wildcard kernels/cpu/*.c) \
-	$(wildcard worker/*.c) $(filter-out broker/main.c,$(wildcard broker/*.c))
+# One archive of every module; each binary's main pulls in only the objects
+# its role references (tests/py/test_roles.py checks what each one links).
+MAINS   = broker/main.c worker/worker_main.c fetcher/fetcher_main.c
+LIB_SRC = $(filter-out $(MAINS),$(wildcard common/*.c policy/*.c kernels/cpu/*.c worker/*.c \
+	broker/*.c fetcher/*.c))
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC = $(wildcard tests/unit/test_*.c)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps pyenv fixtures test unit-test py-test asan demo clean kbench
 .PHONY: fuzz fuzz-bins fuzz-smoke fuzz-run
-all: $(BUILD)/mlxr $(TEST_BIN)
+BINS = $(BUILD)/mlxr $(BUILD)/mlxr-worker $(BUILD)/mlxr-fetcher
+all: $(BINS) $(TEST_BIN)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -40,6 +44,10 @@ $(BUILD)/libmlxr.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/mlxr: $(BUILD)/obj/broker/main.o $(BUILD)/libmlxr.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/mlxr-worker: $(BUILD)/obj/worker/worker_main.o $(BUILD)/libmlxr.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/mlxr-fetcher: $(BUILD)/obj/fetcher/fetcher_main.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libmlxr.a
