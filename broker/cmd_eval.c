@@ -1,5 +1,6 @@
 /* broker/cmd_eval.c — `mlxr eval`: a developer verb that runs token ids
- * through the engine for reference comparisons (tests/py/test_engine_ref.py).
+ * through the engine (in the worker) for reference comparisons
+ * (tests/py/test_engine_ref.py).
  *
  *   mlxr eval MODEL --ids "1 2 3" [--logits OUT.f32] [--decode] [--generate N]
  *
@@ -18,15 +19,13 @@
 
 #include "broker/cmds.h"
 #include "broker/store.h"
+#include "broker/wclient.h"
 #include "common/json.h"
-#include "worker/model.h"
-#include "worker/sampler.h"
-#include "worker/session.h"
 
-static int parse_ids(const char *s, int **out, int *n)
+static int parse_ids(const char *s, int **out, size_t *n)
 {
-	int cap = 64, k = 0;
-	int *v = malloc(sizeof(int) * (size_t)cap);
+	size_t cap = 64, k = 0;
+	int *v = malloc(sizeof(int) * cap);
 	if (!v)
 		return -1;
 	while (*s) {
@@ -43,7 +42,7 @@ static int parse_ids(const char *s, int **out, int *n)
 		}
 		if (k == cap) {
 			cap *= 2;
-			int *t = realloc(v, sizeof(int) * (size_t)cap);
+			int *t = realloc(v, sizeof(int) * cap);
 			if (!t) {
 				free(v);
 				return -1;
@@ -58,68 +57,40 @@ static int parse_ids(const char *s, int **out, int *n)
 	return 0;
 }
 
-/* Renders MESSAGES.json ([{"role": ..., "content": ...}]) with the model's
- * template and prints the prompt ids. */
-static int chat_ids(const char *name, const char *path, int no_think, int cont)
+/* MESSAGES.json: [{"role": ..., "content": ...}] (bounded: 16 MB). */
+static int load_messages(const char *path, json_doc *d, wc_msg **msgs, size_t *n)
 {
-	char dir[4096], err[1024];
+	char err[200];
 	FILE *f = fopen(path, "rb");
 	char *buf = malloc((16u << 20) + 1);
-	size_t n = f && buf ? fread(buf, 1, 16u << 20, f) : 0;
+	size_t len = f && buf ? fread(buf, 1, 16u << 20, f) : 0;
 	if (f)
 		fclose(f);
-	json_doc d;
-	int rc = 1;
-	if (!buf || !n || json_parse(buf, n, &d, err, sizeof(err)) || d.root->type != JSON_ARRAY) {
-		fprintf(stderr, "mlxr: eval: %s: not a JSON array of messages\n", path);
+	if (!buf || !len || json_parse(buf, len, d, err, sizeof(err)) || d->root->type != JSON_ARRAY) {
 		free(buf);
-		return 1;
+		return -1;
 	}
-	chat_msg *msgs = calloc(d.root->n + 1, sizeof(chat_msg));
-	for (uint32_t i = 0; msgs && i < d.root->n; i++) {
-		const char *role = "", *content = "";
-		json_get_str(&d.root->items[i], "role", &role);
-		json_get_str(&d.root->items[i], "content", &content);
-		msgs[i].role = !strcmp(role, "system") ? CHAT_ROLE_SYSTEM :
-			       !strcmp(role, "assistant") ? CHAT_ROLE_ASSISTANT : CHAT_ROLE_USER;
-		msgs[i].text = content;
-		msgs[i].len = strlen(content);
-	}
-	session s;
-	int *ids = NULL;
-	size_t nids = 0;
-	chat_opts co;
-	chat_opts_default(&co);
-	co.enable_thinking = !no_think;
-	if (cont) {
-		co.continue_final = 1;
-		co.add_generation_prompt = 0;
-	}
-	if (store_resolve(name, dir, sizeof(dir), err, sizeof(err)) || session_open(&s, dir, 256, err, sizeof(err))) {
-		fprintf(stderr, "mlxr: eval: %s\n", err);
-		goto out;
-	}
-	if (session_encode_chat(&s, msgs, d.root->n, &co, &ids, &nids, err, sizeof(err))) {
-		fprintf(stderr, "mlxr: eval: %s\n", err);
-	} else {
-		for (size_t i = 0; i < nids; i++)
-			printf("%s%d", i ? " " : "", ids[i]);
-		printf("\n");
-		rc = 0;
-	}
-	free(ids);
-	session_close(&s);
-out:
-	free(msgs);
-	json_free(&d);
 	free(buf);
-	return rc;
+	*msgs = calloc(d->root->n + 1, sizeof(wc_msg));
+	if (!*msgs)
+		return -1;
+	for (uint32_t i = 0; i < d->root->n; i++) {
+		const char *role = "", *content = "";
+		json_get_str(&d->root->items[i], "role", &role);
+		json_get_str(&d->root->items[i], "content", &content);
+		(*msgs)[i].role = !strcmp(role, "system") ? WC_ROLE_SYSTEM :
+				  !strcmp(role, "assistant") ? WC_ROLE_ASSISTANT : WC_ROLE_USER;
+		(*msgs)[i].text = content;
+		(*msgs)[i].len = strlen(content);
+	}
+	*n = d->root->n;
+	return 0;
 }
 
 int cmd_eval(int argc, char **argv)
 {
 	const char *name = NULL, *ids_s = NULL, *logits_path = NULL, *chat = NULL;
-	int decode = 0, gen = 0, no_think = 0, cont = 0;
+	int decode = 0, gen = 0, no_think = 0, cont = 0, bad = 0, no_sandbox = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--ids") && i + 1 < argc) ids_s = argv[++i];
 		else if (!strcmp(argv[i], "--logits") && i + 1 < argc) logits_path = argv[++i];
@@ -128,83 +99,91 @@ int cmd_eval(int argc, char **argv)
 		else if (!strcmp(argv[i], "--chat") && i + 1 < argc) chat = argv[++i];
 		else if (!strcmp(argv[i], "--no-think")) no_think = 1;
 		else if (!strcmp(argv[i], "--continue")) cont = 1;
+		else if (!strcmp(argv[i], "--no-sandbox")) no_sandbox = 1;
 		else if (argv[i][0] != '-' && !name) name = argv[i];
-		else {
-			fprintf(stderr, "usage: mlxr eval MODEL --ids \"1 2 3\" [--logits OUT.f32] [--decode] [--generate N]\n");
-			return 2;
-		}
+		else bad = 1;
 	}
-	if (chat && name)
-		return chat_ids(name, chat, no_think, cont);
-	int *ids = NULL, n = 0;
-	if (!name || !ids_s || parse_ids(ids_s, &ids, &n) || n == 0 || gen < 0) {
-		fprintf(stderr, "mlxr: eval: need MODEL and --ids with at least one non-negative id\n");
+	int *ids = NULL;
+	size_t n = 0;
+	if (bad || !name || (!chat && (!ids_s || parse_ids(ids_s, &ids, &n) || n == 0 || gen < 0))) {
+		fprintf(stderr, "usage: mlxr eval MODEL --ids \"1 2 3\" [--logits OUT.f32] [--decode] [--generate N]\n"
+				"       mlxr eval MODEL --chat MESSAGES.json [--no-think] [--continue]\n");
 		free(ids);
 		return 2;
 	}
-	char dir[4096], err[512];
-	model m;
-	model_state s;
+	char dir[4096], err[1024];
+	wclient *w = NULL;
+	wc_error e;
 	int rc = 1;
-	FILE *f = NULL;
-	kpool_init(0);
-	if (store_resolve(name, dir, sizeof(dir), err, sizeof(err)) || model_load(&m, dir, err, sizeof(err))) {
-		fprintf(stderr, "mlxr: eval: %s\n", err);
-		free(ids);
-		return 1;
-	}
-	for (int i = 0; i < n; i++)
-		if (ids[i] >= m.cfg.vocab) {
-			fprintf(stderr, "mlxr: eval: id %d is outside the vocabulary (%d)\n", ids[i], m.cfg.vocab);
-			goto out_model;
-		}
-	int ctx = n + gen + 1, batch = decode ? 1 : (n < 512 ? n : 512);
-	if (model_state_init(&s, &m, ctx, batch)) {
-		fprintf(stderr, "mlxr: eval: out of memory for a %d-token context\n", ctx);
-		goto out_model;
-	}
-	if (logits_path && !(f = fopen(logits_path, "wb"))) {
-		fprintf(stderr, "mlxr: eval: cannot write %s\n", logits_path);
+	json_doc d = { 0 };
+	wc_msg *msgs = NULL;
+	size_t nm = 0;
+	if (chat && load_messages(chat, &d, &msgs, &nm)) {
+		fprintf(stderr, "mlxr: eval: %s: not a JSON array of messages\n", chat);
 		goto out;
 	}
-	size_t V = (size_t)m.cfg.vocab;
-	for (int done = 0; done < n;) {
-		int step = n - done < batch ? n - done : batch;
-		if (model_forward(&m, &s, ids + done, step, 1)) {
-			fprintf(stderr, "mlxr: eval: forward failed\n");
+	if (store_resolve(name, dir, sizeof(dir), err, sizeof(err))) {
+		fprintf(stderr, "mlxr: eval: %s\n", err);
+		goto out;
+	}
+	wclient_opts wo = { (int)n + gen + 16 > 256 ? (int)n + gen + 16 : 256, 0, no_sandbox };
+	if (wclient_start(&w, dir, &wo, &e)) {
+		fprintf(stderr, "mlxr: eval: %s\n", e.msg);
+		goto out;
+	}
+	if (chat) {
+		wc_request r;
+		wc_request_defaults(&r);
+		r.msgs = msgs;
+		r.n_msgs = nm;
+		r.no_think = no_think;
+		r.continue_final = cont;
+		int *pid;
+		size_t np;
+		if (wclient_chat_ids(w, &r, &pid, &np, &e)) {
+			fprintf(stderr, "mlxr: eval: %s\n", e.msg);
 			goto out;
 		}
-		if (f && fwrite(s.logits, sizeof(float) * V, (size_t)step, f) != (size_t)step) {
-			fprintf(stderr, "mlxr: eval: short write to %s\n", logits_path);
+		for (size_t i = 0; i < np; i++)
+			printf("%s%d", i ? " " : "", pid[i]);
+		printf("\n");
+		free(pid);
+		rc = 0;
+		goto out;
+	}
+	if (logits_path) {
+		float *lg;
+		if (wclient_logits(w, ids, n, decode, &lg, &e)) {
+			fprintf(stderr, "mlxr: eval: %s\n", e.msg);
 			goto out;
 		}
-		done += step;
+		FILE *f = fopen(logits_path, "wb");
+		size_t V = (size_t)wclient_info_get(w)->vocab;
+		int ok = f && fwrite(lg, sizeof(float) * V, n, f) == n;
+		if (f && fclose(f))
+			ok = 0;
+		free(lg);
+		if (!ok) {
+			fprintf(stderr, "mlxr: eval: cannot write %s\n", logits_path);
+			goto out;
+		}
 	}
 	if (gen > 0) {
-		/* s.logits holds [step][V] from the last call; its last row is next. */
-		int last_step = decode ? 1 : (n % batch ? n % batch : batch);
-		int tok = sampler_argmax(s.logits + (size_t)(last_step - 1) * V, (int)V);
-		for (int g = 0; g < gen; g++) {
-			printf("%s%d", g ? " " : "", tok);
-			if (g + 1 == gen)
-				break;
-			if (model_forward(&m, &s, &tok, 1, 0)) {
-				fprintf(stderr, "mlxr: eval: forward failed\n");
-				goto out;
-			}
-			tok = sampler_argmax(s.logits, (int)V);
+		int *g;
+		if (wclient_greedy(w, ids, n, gen, &g, &e)) {
+			fprintf(stderr, "mlxr: eval: %s\n", e.msg);
+			goto out;
 		}
+		for (int i = 0; i < gen; i++)
+			printf("%s%d", i ? " " : "", g[i]);
 		printf("\n");
+		free(g);
 	}
 	rc = 0;
 out:
-	if (f && fclose(f) && rc == 0) {
-		fprintf(stderr, "mlxr: eval: cannot write %s\n", logits_path);
-		rc = 1;
-	}
-	model_state_free(&s);
-out_model:
-	model_free(&m);
+	wclient_stop(w);
+	free(msgs);
+	json_free(&d);
 	free(ids);
 	return rc;
 }

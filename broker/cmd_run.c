@@ -1,12 +1,12 @@
 /* broker/cmd_run.c — `mlxr run MODEL [PROMPT]`: a one-shot answer streamed
  * to stdout, or an interactive chat (libedit) when no prompt is given.
- * Flags follow Ollama's where they exist. */
+ * Flags follow Ollama's where they exist. The model runs in the worker
+ * (broker/wclient.h); this file only talks to the person. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <editline/readline.h>
@@ -14,7 +14,7 @@
 #include "broker/cmds.h"
 #include "broker/runopts.h"
 #include "broker/store.h"
-#include "worker/session.h"
+#include "broker/wclient.h"
 
 static volatile sig_atomic_t g_cancel;
 
@@ -24,25 +24,26 @@ static void on_sigint(int sig)
 	g_cancel = 1;
 }
 
-static int emit_stdout(void *arg, const char *t, size_t n)
+static void catch_sigint(void)
 {
-	(void)arg;
-	fwrite(t, 1, n, stdout);
-	fflush(stdout);
-	return 0;
+	struct sigaction sa = { 0 };
+	sa.sa_handler = on_sigint;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: Ctrl-C interrupts reads */
 }
 
-/* Owned copy of the conversation, with the assistant text accumulated. */
+/* The conversation, owned by the CLI; the worker reuses its KV cache for
+ * the prefix each turn shares with the previous one. */
 typedef struct {
-	chat_msg *m;
+	wc_msg *m;
 	size_t n, cap;
 } convo;
 
-static int convo_add(convo *c, chat_role role, const char *t, size_t n)
+static int convo_add(convo *c, wc_role role, const char *t, size_t n)
 {
 	if (c->n == c->cap) {
 		size_t nc = c->cap ? c->cap * 2 : 8;
-		chat_msg *m = realloc(c->m, nc * sizeof(*m));
+		wc_msg *m = realloc(c->m, nc * sizeof(*m));
 		if (!m)
 			return -1;
 		c->m = m;
@@ -75,126 +76,118 @@ static void convo_free(convo *c)
 	memset(c, 0, sizeof(*c));
 }
 
-/* Renders the conversation; if it does not fit the context (leaving room
- * for the answer), drops the oldest turns after the system prompt, keeping
- * the latest message. */
-static int build_prompt(session *s, convo *c, const run_opts *o, int **ids, size_t *n, char *err, size_t errlen)
+typedef struct {
+	char *buf; /* the answer, kept for the conversation */
+	size_t n, cap;
+	int in_reasoning;
+	wc_event end;
+} turn_out;
+
+static int on_event(void *arg, const wc_event *ev)
 {
-	chat_opts co;
-	chat_opts_default(&co);
-	co.enable_thinking = !o->no_think;
-	int reserve = o->gen.max_tokens > 0 ? o->gen.max_tokens : 256;
-	if (reserve > s->st.ctx / 4)
-		reserve = s->st.ctx / 4;
-	for (;;) {
-		if (session_encode_chat(s, c->m, c->n, &co, ids, n, err, errlen))
-			return -1;
-		if (*n + (size_t)reserve <= (size_t)s->st.ctx)
-			return 0;
-		size_t first = c->n && c->m[0].role == CHAT_ROLE_SYSTEM ? 1 : 0;
-		if (c->n - first <= 1) {
-			snprintf(err, errlen, "context full: the prompt needs %zu tokens, the context holds %d "
-				 "(raise --ctx or shorten the message)", *n, s->st.ctx);
-			free(*ids);
-			return -1;
+	turn_out *t = arg;
+	if (ev->type == WC_EV_REASONING || ev->type == WC_EV_TEXT) {
+		int r = ev->type == WC_EV_REASONING;
+		if (r != t->in_reasoning && isatty(1))
+			fputs(r ? "\033[2m" : "\033[0m", stdout); /* thinking dimmed */
+		if (!r && t->in_reasoning && !isatty(1))
+			fputs("\n\n", stdout);
+		t->in_reasoning = r;
+		fwrite(ev->text, 1, ev->len, stdout);
+		fflush(stdout);
+		if (!r) {
+			if (t->n + ev->len + 1 > t->cap) {
+				size_t nc = (t->n + ev->len + 1) * 2;
+				char *b = realloc(t->buf, nc);
+				if (!b)
+					return 1;
+				t->buf = b;
+				t->cap = nc;
+			}
+			memcpy(t->buf + t->n, ev->text, ev->len);
+			t->n += ev->len;
 		}
-		free(*ids);
-		/* Drop one turn: a user message and the answer after it. */
-		convo_drop(c, first);
-		if (c->n - first > 1 && c->m[first].role == CHAT_ROLE_ASSISTANT)
-			convo_drop(c, first);
+	} else if (ev->type == WC_EV_END) {
+		t->end = *ev;
 	}
+	return g_cancel != 0;
 }
 
-static void print_stats(const gen_stats *st)
+static void print_stats(const wc_event *st)
 {
 	fprintf(stderr, "\nprompt:   %zu tokens (%zu prefilled) in %.3f s, %.1f tok/s\n", st->prompt_tokens,
 		st->prefilled, st->prefill_s, st->prefill_s > 0 ? st->prefilled / st->prefill_s : 0.0);
-	fprintf(stderr, "generate: %zu tokens in %.3f s, %.1f tok/s\n", st->generated, st->decode_s,
-		st->decode_s > 0 ? st->generated / st->decode_s : 0.0);
+	fprintf(stderr, "generate: %zu tokens in %.3f s, %.1f tok/s\n", st->completion_tokens, st->decode_s,
+		st->decode_s > 0 ? st->completion_tokens / st->decode_s : 0.0);
 	fprintf(stderr, "time to first token: %.3f s\n", st->ttft_s);
 }
 
-typedef struct {
-	char *buf;
-	size_t n, cap;
-	int quiet;
-} collect;
-
-static int emit_collect(void *arg, const char *t, size_t n)
+/* One turn: the conversation (or the raw prompt) to an answer on stdout.
+ * A chat turn's answer is appended to the conversation. */
+static int turn(wclient *w, convo *c, run_opts *o, const char *raw_prompt)
 {
-	collect *c = arg;
-	if (!c->quiet)
-		emit_stdout(NULL, t, n);
-	if (c->n + n + 1 > c->cap) {
-		size_t nc = (c->n + n + 1) * 2;
-		char *b = realloc(c->buf, nc);
-		if (!b)
-			return 1;
-		c->buf = b;
-		c->cap = nc;
-	}
-	memcpy(c->buf + c->n, t, n);
-	c->n += n;
-	return 0;
-}
-
-/* One turn: render, generate, append the answer. */
-static int turn(session *s, convo *c, run_opts *o)
-{
-	char err[512];
-	int *ids;
-	size_t n;
-	gen_stats st;
-	collect col = { 0 };
-	if (build_prompt(s, c, o, &ids, &n, err, sizeof(err))) {
-		fprintf(stderr, "mlxr: %s\n", err);
-		return 1;
+	wc_request r = o->req;
+	wc_error e;
+	turn_out t = { 0 };
+	if (raw_prompt) {
+		r.prompt = raw_prompt;
+		r.prompt_len = strlen(raw_prompt);
+	} else {
+		r.msgs = c->m;
+		r.n_msgs = c->n;
+		r.no_think = o->no_think;
+		r.trim = 1;
 	}
 	g_cancel = 0;
-	o->gen.cancel = &g_cancel;
-	int r = session_generate(s, ids, n, &o->gen, emit_collect, &col, &st, err, sizeof(err));
-	free(ids);
-	if (r) {
-		fprintf(stderr, "mlxr: %s\n", err);
-		free(col.buf);
+	int rc = wclient_generate(w, &r, on_event, &t, &e);
+	if (t.in_reasoning && isatty(1))
+		fputs("\033[0m", stdout);
+	if (rc) {
+		fprintf(stderr, "mlxr: %s\n", e.msg);
+		free(t.buf);
 		return 1;
 	}
 	printf("\n");
-	if (st.stop_reason == 3)
-		fprintf(stderr, "mlxr: context full after %zu tokens (raise --ctx)\n", st.generated);
+	if (t.end.finish == WC_FINISH_CONTEXT)
+		fprintf(stderr, "mlxr: context full after %zu tokens (raise --ctx)\n", t.end.completion_tokens);
 	if (o->verbose)
-		print_stats(&st);
-	convo_add(c, CHAT_ROLE_ASSISTANT, col.buf ? col.buf : "", col.n);
-	free(col.buf);
-	o->last = st;
+		print_stats(&t.end);
+	if (!raw_prompt)
+		convo_add(c, WC_ROLE_ASSISTANT, t.buf ? t.buf : "", t.n);
+	free(t.buf);
 	return 0;
 }
 
-static void show_info(session *s, const run_opts *o, const char *dir)
+static void show_info(wclient *w, const run_opts *o, const char *name)
 {
-	const model_config *c = &s->m.cfg;
+	const wclient_info *i = wclient_info_get(w);
 	printf("  model        %s\n  architecture %s\n  parameters   %d layers, hidden %d, %d heads (%d kv), vocab %d\n",
-	       dir, c->model_type, c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->vocab);
-	printf("  quantization %s\n  chat format  %s%s\n  context      %d\n", s->m.embed.bits || s->m.layers[0].q.bits ?
-	       "affine (see mlxr show)" : "none", chat_format_name(s->chat.format), s->chat_ok ? "" : " (fallback)",
-	       s->st.ctx);
+	       name, i->model_type, i->n_layers, i->hidden, i->n_heads, i->n_kv_heads, i->vocab);
+	printf("  chat format  %s%s\n  context      %d\n", i->chat_format, i->chat_ok ? "" : " (fallback)", i->ctx);
 	printf("  temperature %g  top_k %d  top_p %g  min_p %g  repeat_penalty %g  seed %llu  think %s\n",
-	       o->gen.sp.temperature, o->gen.sp.top_k, o->gen.sp.top_p, o->gen.sp.min_p, o->gen.sp.repeat_penalty,
-	       (unsigned long long)o->gen.sp.seed, o->no_think ? "off" : "on");
+	       o->req.temperature, o->req.top_k, o->req.top_p, o->req.min_p, o->req.repeat_penalty,
+	       (unsigned long long)o->req.seed, o->no_think ? "off" : "on");
 }
 
-static void chat_loop(session *s, run_opts *o, const char *dir)
+static void set_system(convo *c, const char *text)
+{
+	convo tmp = { 0 };
+	convo_add(&tmp, WC_ROLE_SYSTEM, text, strlen(text));
+	for (size_t i = 0; i < c->n; i++)
+		if (c->m[i].role != WC_ROLE_SYSTEM)
+			convo_add(&tmp, c->m[i].role, c->m[i].text, c->m[i].len);
+	convo_free(c);
+	*c = tmp;
+}
+
+static void chat_loop(wclient *w, run_opts *o, const char *name)
 {
 	convo c = { 0 };
-	struct sigaction sa = { 0 };
-	sa.sa_handler = on_sigint;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL); /* no SA_RESTART: Ctrl-C interrupts reads */
+	catch_sigint();
 	if (o->system)
-		convo_add(&c, CHAT_ROLE_SYSTEM, o->system, strlen(o->system));
+		convo_add(&c, WC_ROLE_SYSTEM, o->system, strlen(o->system));
 	using_history();
-	printf("mlxr chat with %s — /? for help, /bye to leave\n", dir);
+	printf("mlxr chat with %s — /? for help, /bye to leave\n", name);
 	for (;;) {
 		g_cancel = 0;
 		char *line = readline(">>> ");
@@ -219,6 +212,7 @@ static void chat_loop(session *s, run_opts *o, const char *dir)
 			break;
 		}
 		if (t[0] == '/') {
+			char err[200];
 			if (!strcmp(t, "/?") || !strcmp(t, "/help")) {
 				printf("  /set temperature F | top_k N | top_p F | min_p F | repeat_penalty F | seed N | num_predict N\n"
 				       "  /set system TEXT    /set think | nothink    /set verbose | quiet\n"
@@ -226,44 +220,53 @@ static void chat_loop(session *s, run_opts *o, const char *dir)
 			} else if (!strcmp(t, "/clear")) {
 				convo_free(&c);
 				if (o->system)
-					convo_add(&c, CHAT_ROLE_SYSTEM, o->system, strlen(o->system));
-				session_reset(s);
+					convo_add(&c, WC_ROLE_SYSTEM, o->system, strlen(o->system));
 				printf("Cleared the conversation.\n");
 			} else if (!strcmp(t, "/show")) {
-				show_info(s, o, dir);
+				show_info(w, o, name);
+			} else if (!strncmp(t, "/set system ", 12)) {
+				set_system(&c, t + 12);
+				printf("Set system message.\n");
 			} else if (!strncmp(t, "/set ", 5)) {
-				char err[200];
-				if (!strncmp(t + 5, "system ", 7)) {
-					if (c.n && c.m[0].role == CHAT_ROLE_SYSTEM)
-						convo_drop(&c, 0);
-					/* Insert the system prompt first. */
-					convo tmp = { 0 };
-					convo_add(&tmp, CHAT_ROLE_SYSTEM, t + 12, strlen(t + 12));
-					for (size_t i = 0; i < c.n; i++)
-						convo_add(&tmp, c.m[i].role, c.m[i].text, c.m[i].len);
-					convo_free(&c);
-					c = tmp;
-					printf("Set system message.\n");
-				} else if (runopts_set(o, t + 5, err, sizeof(err))) {
+				if (runopts_set(o, t + 5, err, sizeof(err)))
 					printf("%s\n", err);
-				} else {
+				else
 					printf("Set '%s'.\n", t + 5);
-				}
 			} else {
 				printf("Unknown command '%s'. Type /? for help.\n", t);
 			}
 			free(line);
 			continue;
 		}
-		convo_add(&c, CHAT_ROLE_USER, t, strlen(t));
+		convo_add(&c, WC_ROLE_USER, t, strlen(t));
 		free(line);
-		if (turn(s, &c, o)) {
-			/* The failed message stays out of the history. */
-			if (c.n && c.m[c.n - 1].role == CHAT_ROLE_USER)
-				convo_drop(&c, c.n - 1);
-		}
+		if (turn(w, &c, o, NULL) && c.n && c.m[c.n - 1].role == WC_ROLE_USER)
+			convo_drop(&c, c.n - 1); /* the failed message stays out of the history */
 	}
 	convo_free(&c);
+}
+
+/* Piped standard input is the prompt, as with `ollama run`. */
+static char *read_stdin(void)
+{
+	size_t cap = 4096, n = 0, r;
+	char *b = malloc(cap);
+	while (b && (r = fread(b + n, 1, cap - n - 1, stdin)) > 0) {
+		n += r;
+		if (n + 1 == cap) {
+			char *t = cap < (64u << 20) ? realloc(b, cap * 2) : NULL;
+			if (!t) {
+				fprintf(stderr, "mlxr: run: standard input larger than 64 MB\n");
+				free(b);
+				return NULL;
+			}
+			b = t;
+			cap *= 2;
+		}
+	}
+	if (b)
+		b[n] = 0;
+	return b;
 }
 
 int cmd_run(int argc, char **argv)
@@ -280,76 +283,45 @@ int cmd_run(int argc, char **argv)
 		runopts_free(&o);
 		return 2;
 	}
-	session s;
-	if (store_resolve(o.model, dir, sizeof(dir), err, sizeof(err)) ||
-	    session_open(&s, dir, o.ctx, err, sizeof(err))) {
-		fprintf(stderr, "mlxr: %s: %s\n", o.model, err);
+	if (store_resolve(o.model, dir, sizeof(dir), err, sizeof(err))) {
+		fprintf(stderr, "mlxr: %s\n", err);
 		runopts_free(&o);
 		return 1;
 	}
-	if (!s.chat_ok && !o.raw)
-		fprintf(stderr, "mlxr: note: %s; using plain ChatML\n", s.chat_note[0] ? s.chat_note : "unknown chat template");
+	wclient *w;
+	wc_error e;
+	wclient_opts wo = { o.ctx, o.sealed, o.no_sandbox };
+	if (wclient_start(&w, dir, &wo, &e)) {
+		fprintf(stderr, "mlxr: %s: %s\n", o.model, e.msg);
+		runopts_free(&o);
+		return 1;
+	}
+	const wclient_info *info = wclient_info_get(w);
+	if (!info->chat_ok && !o.raw)
+		fprintf(stderr, "mlxr: note: %s; using plain ChatML\n", info->chat_note[0] ? info->chat_note : "unknown chat template");
 	char *stdin_text = NULL;
 	if (!o.prompt && !isatty(0)) {
-		/* Piped input is the prompt, as with `ollama run`. */
-		size_t cap = 4096, n = 0, r;
-		stdin_text = malloc(cap);
-		while (stdin_text && (r = fread(stdin_text + n, 1, cap - n - 1, stdin)) > 0) {
-			n += r;
-			if (n + 1 == cap) {
-				char *t = cap < (64u << 20) ? realloc(stdin_text, cap * 2) : NULL;
-				if (!t) {
-					fprintf(stderr, "mlxr: run: standard input larger than 64 MB\n");
-					goto out;
-				}
-				stdin_text = t;
-				cap *= 2;
-			}
-		}
-		if (!stdin_text)
+		if (!(stdin_text = read_stdin()))
 			goto out;
-		stdin_text[n] = 0;
 		o.prompt = stdin_text;
 	}
 	if (o.prompt) {
-		struct sigaction sa = { 0 };
-		sa.sa_handler = on_sigint;
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGINT, &sa, NULL);
-		if (o.raw) {
-			int *ids;
-			size_t n;
-			gen_stats st;
-			if (session_encode_plain(&s, o.prompt, strlen(o.prompt), &ids, &n, err, sizeof(err))) {
-				fprintf(stderr, "mlxr: %s\n", err);
-				goto out;
-			}
-			o.gen.cancel = &g_cancel;
-			int r = session_generate(&s, ids, n, &o.gen, emit_stdout, NULL, &st, err, sizeof(err));
-			free(ids);
-			if (r) {
-				fprintf(stderr, "mlxr: %s\n", err);
-				goto out;
-			}
-			printf("\n");
-			if (o.verbose)
-				print_stats(&st);
-			rc = 0;
-		} else {
-			convo c = { 0 };
+		catch_sigint();
+		convo c = { 0 };
+		if (!o.raw) {
 			if (o.system)
-				convo_add(&c, CHAT_ROLE_SYSTEM, o.system, strlen(o.system));
-			convo_add(&c, CHAT_ROLE_USER, o.prompt, strlen(o.prompt));
-			rc = turn(&s, &c, &o);
-			convo_free(&c);
+				convo_add(&c, WC_ROLE_SYSTEM, o.system, strlen(o.system));
+			convo_add(&c, WC_ROLE_USER, o.prompt, strlen(o.prompt));
 		}
+		rc = turn(w, &c, &o, o.raw ? o.prompt : NULL);
+		convo_free(&c);
 	} else {
-		chat_loop(&s, &o, o.model);
+		chat_loop(w, &o, o.model);
 		rc = 0;
 	}
 out:
 	free(stdin_text);
-	session_close(&s);
+	wclient_stop(w);
 	runopts_free(&o);
 	return rc;
 }

@@ -6,16 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 void runopts_defaults(run_opts *o)
 {
 	memset(o, 0, sizeof(*o));
-	sampler_defaults(&o->gen.sp);
-	uint64_t seed = 0;
-	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
-		seed = 0x5eed;
-	o->gen.sp.seed = seed;
+	wc_request_defaults(&o->req);
 }
 
 static int num(const char *s, double lo, double hi, double *out)
@@ -57,16 +52,16 @@ static int set_one(run_opts *o, const char *k, const char *v, char *err, size_t 
 			return -1;
 		}
 		switch (tab[i].kind) {
-		case 0: o->gen.sp.temperature = (float)d; break;
-		case 1: o->gen.sp.top_p = (float)d; break;
-		case 2: o->gen.sp.top_k = (int)d; break;
-		case 3: o->gen.sp.min_p = (float)d; break;
-		case 4: o->gen.sp.repeat_penalty = (float)d; break;
-		case 5: o->gen.sp.repeat_last_n = (int)d; break;
-		case 6: o->gen.sp.presence_penalty = (float)d; break;
-		case 7: o->gen.sp.frequency_penalty = (float)d; break;
-		case 8: o->gen.sp.seed = strtoull(v, NULL, 10); break;
-		case 9: o->gen.max_tokens = (int)d; break;
+		case 0: o->req.temperature = (float)d; break;
+		case 1: o->req.top_p = (float)d; break;
+		case 2: o->req.top_k = (int)d; break;
+		case 3: o->req.min_p = (float)d; break;
+		case 4: o->req.repeat_penalty = (float)d; break;
+		case 5: o->req.repeat_last_n = (int)d; break;
+		case 6: o->req.presence_penalty = (float)d; break;
+		case 7: o->req.frequency_penalty = (float)d; break;
+		case 8: o->req.seed = strtoull(v, NULL, 10); break;
+		case 9: o->req.max_tokens = (int)d; break;
 		case 10: o->ctx = (int)d; break;
 		}
 		return 0;
@@ -108,6 +103,8 @@ int runopts_parse(run_opts *o, int argc, char **argv, char *err, size_t errlen)
 			if (!strcmp(k, "no-think")) { o->no_think = 1; continue; }
 			if (!strcmp(k, "verbose")) { o->verbose = 1; continue; }
 			if (!strcmp(k, "raw")) { o->raw = 1; continue; }
+			if (!strcmp(k, "sealed")) { o->sealed = 1; continue; }
+			if (!strcmp(k, "no-sandbox")) { o->no_sandbox = 1; continue; }
 			if (i + 1 >= argc) {
 				snprintf(err, errlen, "%s needs a value", a);
 				return -1;
@@ -115,11 +112,11 @@ int runopts_parse(run_opts *o, int argc, char **argv, char *err, size_t errlen)
 			const char *v = argv[++i];
 			if (!strcmp(k, "system")) { o->system = v; continue; }
 			if (!strcmp(k, "stop")) {
-				if (o->gen.n_stops >= SESSION_MAX_STOPS || !*v) {
-					snprintf(err, errlen, "--stop: at most %d non-empty stop strings", SESSION_MAX_STOPS);
+				if (o->req.n_stops >= WC_MAX_STOPS || !*v) {
+					snprintf(err, errlen, "--stop: at most %d non-empty stop strings", WC_MAX_STOPS);
 					return -1;
 				}
-				o->gen.stops[o->gen.n_stops++] = v;
+				o->req.stops[o->req.n_stops++] = v;
 				continue;
 			}
 			if (set_one(o, k, v, err, errlen))

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "worker/session.h"
+#include "common/wcapi.h"
 
 typedef struct {
 	const char *model;
@@ -17,14 +17,16 @@ typedef struct {
 	int no_think;
 	int verbose;
 	int raw;              /* --raw: no chat template */
-	gen_params gen;
-	gen_stats last;
+	int sealed;           /* --sealed: weights in sealed memfds */
+	int no_sandbox;       /* --no-sandbox: debugging only */
+	wc_request req;       /* sampling, max tokens, stop strings */
 } run_opts;
 
 #define RUNOPTS_USAGE(what) \
 	"usage: mlxr " what " [--max N] [--temp F] [--top-p F] [--top-k N] [--min-p F]\n" \
 	"       [--repeat-penalty F] [--repeat-last-n N] [--presence-penalty F] [--frequency-penalty F]\n" \
-	"       [--seed N] [--stop S]... [--system TEXT] [--ctx N] [--no-think] [--raw] [--verbose]\n"
+	"       [--seed N] [--stop S]... [--system TEXT] [--ctx N] [--no-think] [--raw] [--verbose]\n" \
+	"       [--sealed] [--no-sandbox]\n"
 
 void runopts_defaults(run_opts *o);
 /* argv[0] is the verb. Returns 0, or -1 with err. */

@@ -112,6 +112,44 @@ int wclient_detokenize(wclient *c, const int *ids, size_t n, char **out, size_t 
 	return 0;
 }
 
+int wclient_bench(wclient *c, const wc_bench_req *r, wc_bench_res *out, wc_error *e)
+{
+	return exec_bench(&c->s, r, out, e);
+}
+
+int wclient_logits(wclient *c, const int *ids, size_t n, int decode, float **logits, wc_error *e)
+{
+	*logits = malloc(sizeof(float) * n * (size_t)c->info.vocab + 1);
+	if (!*logits) {
+		memset(e, 0, sizeof(*e));
+		e->kind = WC_ERR_INVALID;
+		snprintf(e->msg, sizeof(e->msg), "out of memory");
+		return -1;
+	}
+	if (exec_logits(&c->s, ids, n, decode, *logits, e)) {
+		free(*logits);
+		*logits = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+int wclient_greedy(wclient *c, const int *ids, size_t n, int gen, int **out, wc_error *e)
+{
+	*out = malloc(sizeof(int) * (size_t)(gen > 0 ? gen : 1));
+	if (!*out || exec_greedy(&c->s, ids, n, gen, *out, e)) {
+		free(*out);
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+int wclient_chat_ids(wclient *c, const wc_request *r, int **ids, size_t *n, wc_error *e)
+{
+	return exec_chat_ids(&c->s, r, ids, n, e);
+}
+
 void wclient_stop(wclient *c)
 {
 	if (!c)

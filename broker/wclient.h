@@ -45,6 +45,13 @@ int wclient_generate(wclient *c, const wc_request *r, wc_event_fn fn, void *arg,
 /* Plain text to ids (special: recognise special tokens everywhere). */
 int wclient_tokenize(wclient *c, const char *text, size_t len, int special, int **ids, size_t *n, wc_error *e);
 int wclient_detokenize(wclient *c, const int *ids, size_t n, char **out, size_t *len, wc_error *e);
+int wclient_bench(wclient *c, const wc_bench_req *r, wc_bench_res *out, wc_error *e);
+/* Developer requests behind `mlxr eval` (tests compare them with mlx-lm):
+ * logits [n][vocab] (malloc'd), greedy ids (EOS not special), prompt ids
+ * of a conversation (r->msgs) as generation would see them. */
+int wclient_logits(wclient *c, const int *ids, size_t n, int decode, float **logits, wc_error *e);
+int wclient_greedy(wclient *c, const int *ids, size_t n, int gen, int **out, wc_error *e);
+int wclient_chat_ids(wclient *c, const wc_request *r, int **ids, size_t *n, wc_error *e);
 void wclient_stop(wclient *c);
 
 #endif

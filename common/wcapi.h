@@ -94,4 +94,22 @@ typedef struct {
 	char msg[512];
 } wc_error;
 
+/* mlxr bench, run inside the worker. */
+typedef struct {
+	int prefill;  /* tokens of the timed prefill (512) */
+	int decode;   /* decoded tokens per measurement (128) */
+	int long_ctx; /* context before the second decode measurement (1024) */
+} wc_bench_req;
+
+typedef struct {
+	char kernels[16];
+	int threads;
+	double prefill_s;       /* seconds for `prefill` tokens */
+	double decode_short_s;  /* seconds for `decode` tokens after 16 */
+	double decode_long_s;   /* seconds for `decode` tokens after long_ctx */
+	double mem_bw;          /* bytes/s, memory read */
+	uint64_t decode_bytes;  /* weight bytes per decoded token */
+	double peak_rss_mb;     /* of the worker */
+} wc_bench_res;
+
 #endif

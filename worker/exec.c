@@ -245,3 +245,74 @@ int exec_generate(session *s, const wc_request *r, wc_event_fn fn, void *arg, wc
 	fn(arg, &ev);
 	return 0;
 }
+
+int exec_chat_ids(session *s, const wc_request *r, int **ids, size_t *n, wc_error *e)
+{
+	memset(e, 0, sizeof(*e));
+	return build_ids(s, r, ids, n, e);
+}
+
+static int check_ids(session *s, const int *ids, size_t n, size_t extra, wc_error *e)
+{
+	memset(e, 0, sizeof(*e));
+	if (n == 0 || n + extra >= (size_t)s->st.ctx) {
+		e->kind = n ? WC_ERR_CONTEXT : WC_ERR_INVALID;
+		e->prompt_tokens = n;
+		e->ctx = s->st.ctx;
+		snprintf(e->msg, sizeof(e->msg), "%zu ids (+%zu generated) do not fit the context of %d", n, extra, s->st.ctx);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= s->m.cfg.vocab) {
+			e->kind = WC_ERR_INVALID;
+			snprintf(e->msg, sizeof(e->msg), "id %d is outside the vocabulary (%d)", ids[i], s->m.cfg.vocab);
+			return -1;
+		}
+	return 0;
+}
+
+int exec_logits(session *s, const int *ids, size_t n, int decode, float *logits, wc_error *e)
+{
+	if (check_ids(s, ids, n, 0, e))
+		return -1;
+	size_t V = (size_t)s->m.cfg.vocab, batch = decode ? 1 : (size_t)s->st.max_batch;
+	s->st.pos = 0;
+	for (size_t done = 0; done < n;) {
+		size_t step = n - done < batch ? n - done : batch;
+		if (model_forward(&s->m, &s->st, ids + done, (int)step, 1)) {
+			snprintf(e->msg, sizeof(e->msg), "forward pass failed");
+			e->kind = WC_ERR_INVALID;
+			s->st.pos = 0;
+			return -1;
+		}
+		memcpy(logits + done * V, s->st.logits, sizeof(float) * V * step);
+		done += step;
+	}
+	s->st.pos = 0; /* the cache no longer matches a conversation */
+	return 0;
+}
+
+int exec_greedy(session *s, const int *ids, size_t n, int gen, int *out, wc_error *e)
+{
+	if (gen < 1 || check_ids(s, ids, n, (size_t)gen, e))
+		return -1;
+	s->st.pos = 0;
+	for (size_t done = 0; done < n;) {
+		size_t step = n - done < (size_t)s->st.max_batch ? n - done : (size_t)s->st.max_batch;
+		if (model_forward(&s->m, &s->st, ids + done, (int)step, 0))
+			goto fail;
+		done += step;
+	}
+	for (int g = 0; g < gen; g++) {
+		out[g] = sampler_argmax(s->st.logits, s->m.cfg.vocab);
+		if (g + 1 < gen && model_forward(&s->m, &s->st, &out[g], 1, 0))
+			goto fail;
+	}
+	s->st.pos = 0;
+	return 0;
+fail:
+	s->st.pos = 0;
+	e->kind = WC_ERR_INVALID;
+	snprintf(e->msg, sizeof(e->msg), "forward pass failed");
+	return -1;
+}

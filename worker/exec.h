@@ -9,5 +9,12 @@
 #include "worker/session.h"
 
 int exec_generate(session *s, const wc_request *r, wc_event_fn fn, void *arg, wc_error *e);
+int exec_bench(session *s, const wc_bench_req *r, wc_bench_res *out, wc_error *e);
+/* Developer requests (mlxr eval): teacher-forced logits [n][vocab] into
+ * `logits` (batched prefill, or one token at a time with decode); greedy
+ * ids after `ids` with EOS not special; prompt ids of a conversation. */
+int exec_logits(session *s, const int *ids, size_t n, int decode, float *logits, wc_error *e);
+int exec_greedy(session *s, const int *ids, size_t n, int gen, int *out, wc_error *e);
+int exec_chat_ids(session *s, const wc_request *r, int **ids, size_t *n, wc_error *e);
 
 #endif
