@@ -48,7 +48,12 @@ def reduce_tok(t, keep_ids):
 def tokenizers():
     import test_tokenizer as tt
     smol = json.load(open(glob.glob(f"{CACHE}/fixtures/smollm2-tokenizer-*/tokenizer.json")[0]))
-    s = reduce_tok(smol, range(0, 700))
+    # keep the whole byte-level alphabet (GPT-2 bytes_to_unicode), so every
+    # text stays encodable and the round trip is exact
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs + [256 + n for n in range(256 - len(bs))]
+    alpha = [smol["model"]["vocab"][chr(c)] for c in cs if chr(c) in smol["model"]["vocab"]]
+    s = reduce_tok(smol, list(range(0, 700)) + alpha)
     gem = json.load(open(glob.glob(f"{CACHE}/test-tokenizers/gemma-3-270m-*.json")[0]))
     gv = gem["model"]["vocab"]
     specials = [gv[p] for p in ("<start_of_turn>", "<end_of_turn>", "\u2581") if p in gv]

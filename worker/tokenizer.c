@@ -373,6 +373,13 @@ static int parse_decoder(tokenizer *t, const json_value *o, int depth, char *err
 			return errf(err, errlen, "decoder Strip: bad content/start/stop");
 		d->start = (int)a;
 		d->stop = (int)b;
+		/* After Fuse the text is one token: streaming cannot strip its
+		 * end, or more than the first token's start, so decode and the
+		 * stream would differ (found by fuzz/tokenizer_fuzzer). Real
+		 * files (Llama 2, Mistral) use start 1, stop 0. */
+		for (size_t k = 0; k < t->ndec; k++)
+			if (t->dec[k].type == TOK_DEC_FUSE && (a > 1 || b > 0))
+				return errf(err, errlen, "decoder Strip after Fuse: only start <= 1, stop 0 are supported");
 		if (pool_add(t, s, sn, &d->a)) return errf(err, errlen, "out of memory");
 	} else if (!strcmp(type, "Metaspace")) {
 		d->type = TOK_DEC_METASPACE;

@@ -279,6 +279,29 @@ static void test_decode_empty(void)
 	}
 }
 
+/* Found by fuzz/tokenizer_fuzzer (regression input
+ * fuzz/tokenizer_seed_corpus/regress-strip-after-fuse.json): Strip with
+ * start 2 after Fuse made streaming decode differ from decode; such a chain
+ * is now rejected, the real one (start 1, stop 0) still loads. */
+static void test_strip_after_fuse(void)
+{
+	const char *fmt = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]},"
+			  "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Fuse\"},"
+			  "{\"type\":\"Strip\",\"content\":\" \",\"start\":%d,\"stop\":%d}]}}";
+	char j[512], err[256];
+	tokenizer *t = NULL;
+	snprintf(j, sizeof(j), fmt, 1, 0);
+	CHECK(tok_load(&t, j, strlen(j), err, sizeof(err)) == 0, "Strip start 1 after Fuse loads: %s", err);
+	tok_free(t);
+	t = NULL;
+	snprintf(j, sizeof(j), fmt, 2, 0);
+	CHECK(tok_load(&t, j, strlen(j), err, sizeof(err)) == -1 && strstr(err, "Strip after Fuse"),
+	      "Strip start 2 after Fuse rejected");
+	snprintf(j, sizeof(j), fmt, 1, 1);
+	CHECK(tok_load(&t, j, strlen(j), err, sizeof(err)) == -1 && strstr(err, "Strip after Fuse"),
+	      "Strip stop 1 after Fuse rejected");
+}
+
 /* Hostile or unsupported inputs: each is rejected with a message, never a
  * crash (ASan/UBSan catch the rest). */
 static void test_rejects(void)
@@ -352,6 +375,7 @@ int main(void)
 	test_stream_never_splits_utf8();
 	test_sentencepiece_byte_fallback();
 	test_decode_empty();
+	test_strip_after_fuse();
 	test_rejects();
 	if (failures) {
 		printf("test_tokenizer: %d failure(s)\n", failures);
