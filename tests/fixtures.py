@@ -625,11 +625,25 @@ def manifest_entry(name, d):
     )
 
 
+def prune(cache, keep):
+    """Remove NAME-<16 hex> directories not in keep, and temp dirs over a day old."""
+    import re
+    known = "|".join(re.escape(n) for n in ALL_NAMES + ["smollm2-tokenizer"])
+    pat = re.compile(rf"^({known})-[0-9a-f]{{16}}$")
+    for d in cache.iterdir():
+        stale_tmp = d.name.startswith(".tmp-") and time.time() - d.stat().st_mtime > 86400
+        if d.is_dir() and (stale_tmp or (pat.match(d.name) and d.name not in keep)):
+            print(f"fixtures: pruning {d.name}", file=sys.stderr)
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", nargs="+", metavar="NAME", choices=ALL_NAMES)
     ap.add_argument("--mlxr", default=os.environ.get("MLXR", str(ROOT / "build" / "mlxr")))
     ap.add_argument("--list", action="store_true", help="print the model names and exit")
+    ap.add_argument("--prune", action="store_true",
+                    help="delete cached model directories of other keys (stale versions) and old temp dirs")
     args = ap.parse_args(argv)
     if args.list:
         print("\n".join(ALL_NAMES))
@@ -671,6 +685,8 @@ def main(argv=None):
             continue
         if d.exists():
             manifest["models"].append(manifest_entry(name, d))
+    if args.prune:
+        prune(cache, {Path(m["path"]).name for m in manifest["models"]} | {f"smollm2-tokenizer-{tokenizer_key(cache)}"})
     tmp = cache / f".manifest-{os.getpid()}.json"
     tmp.write_text(json.dumps(manifest, indent=1))
     os.replace(tmp, cache / "manifest.json")
