@@ -5,8 +5,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "policy/policy.h"
+
 int main(int argc, char **argv)
 {
+	if (argc >= 2 && !strcmp(argv[1], "--self-test"))
+		return policy_selftest(POLICY_FETCHER, argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "--probe"))
+		return policy_probe(POLICY_FETCHER, argc, argv);
 	(void)argv;
 	if (argc >= 1) {
 		fprintf(stderr, "mlxr-fetcher: started by mlxr, not by hand\n");
