@@ -5,6 +5,14 @@
  * written into a hidden sibling temporary directory that is renamed into
  * place at the end, so a failure (or a malformed file) never leaves a
  * partial model directory: the temporary directory is removed.
+ *
+ * The GGUF file is untrusted: it is parsed only inside a sandboxed
+ * importer worker (mlxr-worker --role importer), which receives it as a
+ * read-only descriptor and writes the four output files through
+ * descriptors this broker opened in the staging directory. The broker then
+ * validates the result like any model (config.json, safetensors headers,
+ * every tensor against the config, the tokenizer's JSON) before it enters
+ * the store.
  */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
@@ -19,6 +27,10 @@
 
 #include "broker/cmds.h"
 #include "broker/store.h"
+#include "broker/wclient.h"
+#include "common/modelfiles.h"
+#include "common/json.h"
+#include "worker/model.h"
 #include "worker/import.h"
 
 #define PATHMAX 4096
@@ -82,7 +94,7 @@ int cmd_import(int argc, char **argv)
 {
 	gguf_import_opts o = { 4, 64 };
 	const char *file = NULL, *name = NULL, *output = NULL;
-	int force = 0;
+	int force = 0, no_sandbox = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -90,6 +102,8 @@ int cmd_import(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(a, "--force")) {
 			force = 1;
+		} else if (!strcmp(a, "--no-sandbox")) {
+			no_sandbox = 1;
 		} else if (!strcmp(a, "--bits") || !strcmp(a, "--group-size") || !strcmp(a, "--output")) {
 			if (i + 1 >= argc) {
 				fprintf(stderr, "mlxr: import: %s needs a value\n", a);
@@ -191,16 +205,64 @@ int cmd_import(int argc, char **argv)
 		close(fd);
 		return 1;
 	}
-	gguf_import_stats st;
-	int rc = gguf_import(fd, dfd, &o, &st, err, sizeof(err));
+	static const char *names[4] = { "model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json" };
+	int outs[4] = { -1, -1, -1, -1 }, rc = 0;
+	for (int i = 0; i < 4 && !rc; i++)
+		if ((outs[i] = openat(dfd, names[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0)
+			rc = -1, snprintf(err, sizeof(err), "creating %s: %s", names[i], strerror(errno));
+	char summary[256] = "";
+	wc_error we;
+	if (rc == 0 && wclient_import(fd, outs, o.bits, o.group_size, no_sandbox, summary, sizeof(summary), &we))
+		rc = -1, snprintf(err, sizeof(err), "%s", we.msg);
 	close(fd);
+	for (int i = 0; i < 4; i++)
+		if (outs[i] >= 0 && fsync(outs[i]) + close(outs[i]) && rc == 0)
+			rc = -1, snprintf(err, sizeof(err), "writing %s: %s", names[i], strerror(errno));
 	if (rc == 0 && fsync(dfd))
 		rc = -1, snprintf(err, sizeof(err), "fsync: %s", strerror(errno));
 	close(dfd);
+	/* The importer's output is validated like any model before it enters
+	 * the store. */
+	if (rc == 0) {
+		model m;
+		mf_files f;
+		if (model_load(&m, tmp, err, sizeof(err))) {
+			rc = -1;
+		} else {
+			model_free(&m);
+			if (mf_read(tmp, &f, err, sizeof(err))) {
+				rc = -1;
+			} else {
+				json_doc d;
+				char jerr[160];
+				const mf_buf *js[2] = { &f.tokenizer, &f.tok_config };
+				for (int i = 0; i < 2 && rc == 0; i++) {
+					if (!js[i]->p || json_parse(js[i]->p, js[i]->n, &d, jerr, sizeof(jerr)))
+						rc = -1, snprintf(err, sizeof(err), "%s: %s", names[2 + i], js[i]->p ? jerr : "missing");
+					else
+						json_free(&d);
+				}
+				mf_free(&f);
+			}
+		}
+		if (rc)
+			snprintf(err + strlen(err), sizeof(err) - strlen(err), " (in the importer's output)");
+	}
 	if (rc) {
 		rm_tree(tmp);
 		fprintf(stderr, "mlxr: import: %s: %s\n", file, err);
 		return 1;
+	}
+	gguf_import_stats st;
+	memset(&st, 0, sizeof(st));
+	unsigned long long t[4] = { 0 };
+	char arch[32] = "?";
+	if (sscanf(summary, "%31[^\t]\t%llu\t%llu\t%llu\t%llu", arch, &t[0], &t[1], &t[2], &t[3]) == 5) {
+		snprintf(st.arch, sizeof(st.arch), "%s", arch);
+		st.tensors = t[0];
+		st.exact = t[1];
+		st.requantized = t[2];
+		st.dense = t[3];
 	}
 	int had_old = 0;
 	if (lstat(dest, &sb) == 0) {

@@ -1,66 +1,466 @@
-/* broker/wclient.c — the broker's handle on a model-running worker (see
- * wclient.h). TRANSITIONAL: this version runs the session in-process; the
- * IPC transport to the sandboxed mlxr-worker replaces it behind the same
- * interface. */
+/* broker/wclient.c — the broker's handle on a sandboxed mlxr-worker (see
+ * wclient.h).
+ *
+ * Start: the broker validates the model directory itself (config.json,
+ * every safetensors header, every tensor against the config), reads the
+ * small files, and packs the validated configuration, the tensor table and
+ * those files into one sealed memfd (the manifest), whose JSON parts it
+ * validates again after sealing. The worker receives the manifest and
+ * read-only shard descriptors (or, with --sealed, sealed memfd copies of
+ * the shards, re-validated after sealing) and never parses a safetensors
+ * header or config.json.
+ *
+ * Supervision: everything the worker sends is decoded strictly
+ * (common/ipc.c, common/wcproto.c); a malformed message, an EOF or a
+ * failed send ends the worker (SIGKILL, reaped) and fails the running
+ * request with WC_ERR_WORKER naming the reason; the next request starts a
+ * fresh worker from the same manifest and descriptors.
+ */
 #include "broker/wclient.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
-#include "worker/exec.h"
-#include "worker/session.h"
+#include "common/ipc.h"
+#include "common/json.h"
+#include "common/modelfiles.h"
+#include "common/safetensors.h"
+#include "worker/model.h"
+
+#define MANIFEST_MAGIC 0x4d4c584du /* "MLXM" */
+#define BULK_MAX ((size_t)4 << 30) /* logits of a long prompt x a big vocabulary */
 
 struct wclient {
-	session s;
+	wclient_opts o;
+	int manifest;        /* sealed memfd */
+	int *shards;         /* read-only fds or sealed memfds */
+	int nshards;
+	pid_t pid;           /* 0: no worker running */
+	int sock;
+	uint64_t next_id;
 	wclient_info info;
+	ipc_msg msg;
 };
 
-void wc_request_defaults(wc_request *r)
+static double now_s(void)
 {
-	memset(r, 0, sizeof(*r));
-	/* Ollama's defaults, so `mlxr run` behaves as its users expect. */
-	r->temperature = 0.8f;
-	r->top_k = 40;
-	r->top_p = 0.9f;
-	r->repeat_penalty = 1.1f;
-	r->repeat_last_n = 64;
-	if (getrandom(&r->seed, sizeof(r->seed), 0) != sizeof(r->seed))
-		r->seed = 0x5eed;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void set_err(wc_error *e, wc_error_kind k, const char *fmt, const char *a)
+{
+	memset(e, 0, sizeof(*e));
+	e->kind = k;
+	snprintf(e->msg, sizeof(e->msg), fmt, a);
+}
+
+/* The sibling binary next to our own executable. */
+static int sibling(const char *name, char *out, size_t len)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return -1;
+	self[n] = 0;
+	char *slash = strrchr(self, '/');
+	if (!slash)
+		return -1;
+	*slash = 0;
+	return snprintf(out, len, "%s/%s", self, name) >= (int)len ? -1 : 0;
+}
+
+/* fork + exec of mlxr-worker with its socket on fd 3. */
+static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+	int sv[2];
+	if (sibling("mlxr-worker", path, sizeof(path)) || access(path, X_OK)) {
+		snprintf(err, errlen, "cannot find mlxr-worker next to mlxr");
+		return -1;
+	}
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
+		snprintf(err, errlen, "socketpair: %s", strerror(errno));
+		return -1;
+	}
+	char *argv[] = { "mlxr-worker", "--role", (char *)role, no_sandbox ? "--no-sandbox" : NULL, NULL };
+	pid_t p = fork();
+	if (p < 0) {
+		close(sv[0]);
+		close(sv[1]);
+		snprintf(err, errlen, "fork: %s", strerror(errno));
+		return -1;
+	}
+	if (p == 0) {
+		/* Only async-signal-safe calls until exec. */
+		if (dup2(sv[1], 3) < 0)
+			_exit(127);
+		for (int fd = 4; fd < 1024; fd++)
+			close(fd);
+		execv(path, argv);
+		_exit(127);
+	}
+	close(sv[1]);
+	*pid = p;
+	*sock = sv[0];
+	return 0;
+}
+
+static void describe_exit(int status, char *buf, size_t len)
+{
+	if (WIFSIGNALED(status))
+		snprintf(buf, len, "killed by signal %d%s", WTERMSIG(status),
+			 WTERMSIG(status) == SIGSYS ? " (a system call its sandbox forbids)" :
+			 WTERMSIG(status) == SIGBUS ? " (a model file changed or shrank under it)" : "");
+	else
+		snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+}
+
+/* Ends the worker (if any) and reports why in e. */
+static void kill_worker(wclient *c, wc_error *e, const char *why)
+{
+	char how[128] = "ended";
+	if (c->pid > 0) {
+		int status = 0;
+		/* Give a worker that is exiting on its own a moment to be reaped
+		 * with its real status; then make sure. */
+		pid_t r = 0;
+		for (int i = 0; i < 50 && (r = waitpid(c->pid, &status, WNOHANG)) == 0; i++)
+			usleep(2000);
+		if (r == 0) {
+			kill(c->pid, SIGKILL);
+			waitpid(c->pid, &status, 0);
+			snprintf(how, sizeof(how), "stopped by the broker");
+		} else if (r > 0) {
+			describe_exit(status, how, sizeof(how));
+		}
+	}
+	if (c->sock >= 0)
+		close(c->sock);
+	c->sock = -1;
+	c->pid = 0;
+	if (e) {
+		memset(e, 0, sizeof(*e));
+		e->kind = WC_ERR_WORKER;
+		snprintf(e->msg, sizeof(e->msg), "the model worker failed (%s; %s); it restarts for the next request",
+			 why, how);
+	}
+}
+
+/* ---- manifest ---- */
+
+static void put_file(ipc_blob *b, const mf_buf *f)
+{
+	ipc_blob_u32(b, f->p != NULL);
+	ipc_blob_bytes(b, f->p ? f->p : "", f->p ? f->n : 0);
+}
+
+/* JSON files are checked again in the sealed copy the worker will read. */
+static int check_sealed_json(int fd, const size_t *off, const size_t *len, const char **names, int n, char *err,
+			     size_t errlen)
+{
+	const uint8_t *p;
+	size_t total;
+	if (ipc_memfd_map(fd, SIZE_MAX, &p, &total, err, errlen))
+		return -1;
+	int rc = 0;
+	for (int i = 0; i < n && !rc; i++) {
+		if (!len[i] || off[i] + len[i] > total)
+			continue;
+		json_doc d;
+		char jerr[160];
+		if (json_parse((const char *)p + off[i], len[i], &d, jerr, sizeof(jerr))) {
+			snprintf(err, errlen, "%s: not valid JSON (%s)", names[i], jerr);
+			rc = -1;
+		} else {
+			json_free(&d);
+		}
+	}
+	if (total)
+		munmap((void *)p, total);
+	return rc;
+}
+
+/* A sealed memfd copy of a shard, validated again after sealing: its
+ * tensor table must equal the one validated from the file. */
+static int seal_shard(const st_set *st, int shard, int *out, char *err, size_t errlen)
+{
+	const st_shard *s = &st->shards[shard];
+	const char *base = strrchr(s->path, '/') ? strrchr(s->path, '/') + 1 : s->path;
+	int fd = ipc_memfd_sealed(base, s->map, s->size);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: cannot make a sealed copy: %s", base, strerror(errno));
+		return -1;
+	}
+	const uint8_t *p;
+	size_t n;
+	if (ipc_memfd_map(fd, SIZE_MAX, &p, &n, err, errlen)) {
+		close(fd);
+		return -1;
+	}
+	st_set chk;
+	memset(&chk, 0, sizeof(chk));
+	int rc = st_parse_file(&chk, 0, base, p, n, err, errlen);
+	for (size_t i = 0; rc == 0 && i < chk.ntensors; i++) {
+		const st_tensor *a = &chk.tensors[i], *b = st_find(st, a->name);
+		if (!b || b->shard != shard || b->dtype != a->dtype || b->nbytes != a->nbytes ||
+		    (size_t)(b->data - s->map) != (size_t)(a->data - p) || b->ndim != a->ndim ||
+		    memcmp(b->shape, a->shape, sizeof(a->shape))) {
+			snprintf(err, errlen, "%s: tensor %s changed while it was being sealed", base, a->name);
+			rc = -1;
+		}
+	}
+	chk.shards = NULL;
+	st_close(&chk);
+	if (n)
+		munmap((void *)p, n);
+	if (rc) {
+		close(fd);
+		return -1;
+	}
+	*out = fd;
+	return 0;
+}
+
+static int build_manifest(wclient *c, const char *dir, wc_error *e)
+{
+	model m;
+	mf_files f;
+	char err[512];
+	if (mf_read(dir, &f, err, sizeof(err))) {
+		set_err(e, WC_ERR_MODEL, "%s", err);
+		return -1;
+	}
+	if (model_load(&m, dir, err, sizeof(err))) {
+		mf_free(&f);
+		set_err(e, WC_ERR_MODEL, "%s", err);
+		return -1;
+	}
+	ipc_blob b;
+	ipc_blob_init(&b, "mlxr-manifest");
+	ipc_blob_u32(&b, MANIFEST_MAGIC);
+	model_config_pack(&m.cfg, &b);
+	st_table_pack(&m.st, &b);
+	const mf_buf *files[4] = { &f.tokenizer, &f.tok_config, &f.gen_config, &f.chat_template };
+	const char *names[4] = { "tokenizer.json", "tokenizer_config.json", "generation_config.json", "" };
+	size_t off[4], len[4];
+	for (int i = 0; i < 4; i++) {
+		off[i] = b.len + 8; /* after the present flag and the length */
+		len[i] = files[i]->p ? files[i]->n : 0;
+		put_file(&b, files[i]);
+	}
+	c->manifest = ipc_blob_seal(&b);
+	ipc_blob_free(&b);
+	int rc = -1;
+	if (c->manifest < 0) {
+		set_err(e, WC_ERR_MODEL, "cannot seal the model manifest: %s", strerror(errno));
+		goto out;
+	}
+	if (check_sealed_json(c->manifest, off, len, names, 3, err, sizeof(err))) {
+		set_err(e, WC_ERR_MODEL, "%s", err);
+		goto out;
+	}
+	c->nshards = m.st.nshards;
+	c->shards = malloc(sizeof(int) * (size_t)c->nshards);
+	if (!c->shards) {
+		set_err(e, WC_ERR_MODEL, "%s", "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < c->nshards; i++)
+		c->shards[i] = -1;
+	for (int i = 0; i < c->nshards; i++) {
+		if (c->o.sealed) {
+			if (seal_shard(&m.st, i, &c->shards[i], err, sizeof(err))) {
+				set_err(e, WC_ERR_MODEL, "%s", err);
+				goto out;
+			}
+		} else if ((c->shards[i] = fcntl(m.st.shards[i].fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+			set_err(e, WC_ERR_MODEL, "dup: %s", strerror(errno));
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	model_free(&m); /* the broker keeps descriptors, never the mapped weights */
+	mf_free(&f);
+	return rc;
+}
+
+/* ---- transactions ---- */
+
+typedef struct {
+	wc_event_fn fn;   /* IPC_EVENT handler (generation) */
+	void *arg;
+	uint8_t *bulk;    /* IPC_DATA accumulated */
+	size_t nbulk, capbulk;
+	uint8_t done[IPC_MAX_PAYLOAD]; /* IPC_DONE payload */
+	size_t ndone;
+	int cancel_sent;
+} reply;
+
+static int start_worker(wclient *c, wc_error *e);
+
+/* Sends one request and reads until DONE or ERROR. */
+static int transact(wclient *c, uint32_t type, const void *payload, size_t len, const int *fds, int nfds, reply *rp,
+		    wc_error *e)
+{
+	char err[256];
+	if (!c->pid && start_worker(c, e))
+		return -1;
+	uint64_t id = ++c->next_id;
+	if (ipc_send(c->sock, type, id, payload, len, fds, nfds)) {
+		kill_worker(c, e, "it stopped reading requests");
+		return -1;
+	}
+	for (;;) {
+		ipc_msg *m = &c->msg;
+		int r = ipc_recv(c->sock, m, err, sizeof(err));
+		if (r) {
+			kill_worker(c, e, r == 1 ? "it closed its socket" : err);
+			return -1;
+		}
+		if (m->nfds) { /* the worker never sends descriptors */
+			ipc_close_fds(m);
+			kill_worker(c, e, "it sent file descriptors");
+			return -1;
+		}
+		if (m->id != id) {
+			kill_worker(c, e, "it answered another request");
+			return -1;
+		}
+		if (m->type == IPC_EVENT && rp->fn) {
+			wc_event ev;
+			if (wc_event_unpack(m->payload, m->len, &ev)) {
+				kill_worker(c, e, "it sent a malformed event");
+				return -1;
+			}
+			if (rp->fn(rp->arg, &ev) && !rp->cancel_sent) {
+				rp->cancel_sent = 1;
+				if (ipc_send(c->sock, IPC_CANCEL, id, NULL, 0, NULL, 0)) {
+					kill_worker(c, e, "it stopped reading requests");
+					return -1;
+				}
+			}
+		} else if (m->type == IPC_DATA) {
+			if (m->len > BULK_MAX - rp->nbulk) {
+				kill_worker(c, e, "its answer exceeded the size limit");
+				return -1;
+			}
+			if (rp->nbulk + m->len > rp->capbulk) {
+				size_t nc = rp->capbulk ? rp->capbulk : 65536;
+				while (nc < rp->nbulk + m->len)
+					nc *= 2;
+				uint8_t *nb = realloc(rp->bulk, nc);
+				if (!nb) {
+					kill_worker(c, e, "the broker ran out of memory");
+					return -1;
+				}
+				rp->bulk = nb;
+				rp->capbulk = nc;
+			}
+			memcpy(rp->bulk + rp->nbulk, m->payload, m->len);
+			rp->nbulk += m->len;
+		} else if (m->type == IPC_DONE) {
+			memcpy(rp->done, m->payload, m->len);
+			rp->ndone = m->len;
+			return 0;
+		} else if (m->type == IPC_ERROR) {
+			if (wc_error_unpack(m->payload, m->len, e)) {
+				kill_worker(c, e, "it sent a malformed error");
+				return -1;
+			}
+			return -1;
+		} else {
+			kill_worker(c, e, "it sent an unexpected message");
+			return -1;
+		}
+	}
+}
+
+static int start_worker(wclient *c, wc_error *e)
+{
+	char err[256];
+	if (spawn("worker", c->o.no_sandbox, &c->pid, &c->sock, err, sizeof(err))) {
+		set_err(e, WC_ERR_WORKER, "%s", err);
+		return -1;
+	}
+	int *fds = malloc(sizeof(int) * (size_t)(c->nshards + 1));
+	if (!fds) {
+		kill_worker(c, NULL, "");
+		set_err(e, WC_ERR_WORKER, "%s", "out of memory");
+		return -1;
+	}
+	fds[0] = c->manifest;
+	memcpy(fds + 1, c->shards, sizeof(int) * (size_t)c->nshards);
+	uint8_t buf[64];
+	ipc_wr w;
+	ipc_wr_init(&w, buf, sizeof(buf));
+	ipc_put_u32(&w, IPC_VERSION);
+	ipc_put_u32(&w, (uint32_t)(c->o.ctx > 0 ? c->o.ctx : 4096));
+	ipc_put_u32(&w, (uint32_t)c->nshards);
+	uint64_t id = ++c->next_id;
+	int r = ipc_send(c->sock, IPC_LOAD, id, buf, w.len, fds, c->nshards + 1);
+	free(fds);
+	if (r) {
+		kill_worker(c, e, "it did not accept the model");
+		return -1;
+	}
+	ipc_msg *m = &c->msg;
+	r = ipc_recv(c->sock, m, err, sizeof(err));
+	if (r) {
+		kill_worker(c, e, r == 1 ? "it exited while loading the model" : err);
+		return -1;
+	}
+	if (m->nfds || m->id != id) {
+		ipc_close_fds(m);
+		kill_worker(c, e, "it broke the protocol while loading");
+		return -1;
+	}
+	if (m->type == IPC_ERROR) {
+		if (wc_error_unpack(m->payload, m->len, e))
+			kill_worker(c, e, "it sent a malformed error");
+		else
+			kill_worker(c, NULL, "");
+		return -1;
+	}
+	if (m->type != IPC_READY || wc_info_unpack(m->payload, m->len, &c->info)) {
+		kill_worker(c, e, "it sent a malformed READY");
+		return -1;
+	}
+	return 0;
 }
 
 int wclient_start(wclient **out, const char *dir, const wclient_opts *o, wc_error *e)
 {
 	memset(e, 0, sizeof(*e));
+	signal(SIGPIPE, SIG_IGN);
 	wclient *c = calloc(1, sizeof(*c));
 	if (!c) {
-		e->kind = WC_ERR_MODEL;
-		snprintf(e->msg, sizeof(e->msg), "out of memory");
+		set_err(e, WC_ERR_MODEL, "%s", "out of memory");
 		return -1;
 	}
-	double t0 = session_now();
-	if (session_open(&c->s, dir, o ? o->ctx : 0, e->msg, sizeof(e->msg))) {
-		e->kind = WC_ERR_MODEL;
-		free(c);
+	c->manifest = -1;
+	c->sock = -1;
+	if (o)
+		c->o = *o;
+	double t0 = now_s();
+	if (build_manifest(c, dir, e) || start_worker(c, e)) {
+		wclient_stop(c);
 		return -1;
 	}
-	const model_config *mc = &c->s.m.cfg;
-	wclient_info *i = &c->info;
-	snprintf(i->model_type, sizeof(i->model_type), "%s", mc->model_type);
-	snprintf(i->chat_format, sizeof(i->chat_format), "%s", chat_format_name(c->s.chat.format));
-	i->chat_ok = c->s.chat_ok;
-	snprintf(i->chat_note, sizeof(i->chat_note), "%s", c->s.chat_note);
-	i->vocab = mc->vocab;
-	i->ctx = c->s.st.ctx;
-	i->max_pos = mc->max_pos;
-	i->n_layers = mc->n_layers;
-	i->hidden = mc->hidden;
-	i->n_heads = mc->n_heads;
-	i->n_kv_heads = mc->n_kv_heads;
-	i->weight_bytes = c->s.m.weight_bytes;
-	i->decode_bytes = c->s.m.decode_bytes;
-	i->load_s = session_now() - t0;
+	c->info.load_s = now_s() - t0;
 	*out = c;
 	return 0;
 }
@@ -70,90 +470,286 @@ const wclient_info *wclient_info_get(const wclient *c)
 	return &c->info;
 }
 
+/* A request in a sealed memfd (conversations can be large). */
+static int request_fd(const wc_request *r, wc_error *e)
+{
+	ipc_blob b;
+	ipc_blob_init(&b, "mlxr-request");
+	int fd = wc_request_pack(r, &b) ? -1 : ipc_blob_seal(&b);
+	ipc_blob_free(&b);
+	if (fd < 0)
+		set_err(e, WC_ERR_INVALID, "%s", "cannot pack the request");
+	return fd;
+}
+
 int wclient_generate(wclient *c, const wc_request *r, wc_event_fn fn, void *arg, wc_error *e)
 {
-	return exec_generate(&c->s, r, fn, arg, e);
+	memset(e, 0, sizeof(*e));
+	int fd = request_fd(r, e);
+	if (fd < 0)
+		return -1;
+	reply rp;
+	memset(&rp, 0, sizeof(rp));
+	rp.fn = fn;
+	rp.arg = arg;
+	int rc = transact(c, IPC_GENERATE, NULL, 0, &fd, 1, &rp, e);
+	close(fd);
+	free(rp.bulk);
+	return rc;
+}
+
+/* Ids from an IPC_DATA run of little-endian u32. */
+static int bulk_ids(reply *rp, int **ids, size_t *n, int limit, wc_error *e)
+{
+	if (rp->nbulk % 4) {
+		set_err(e, WC_ERR_WORKER, "%s", "malformed id list from the worker");
+		return -1;
+	}
+	*n = rp->nbulk / 4;
+	*ids = malloc(sizeof(int) * (*n ? *n : 1));
+	if (!*ids) {
+		set_err(e, WC_ERR_INVALID, "%s", "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < *n; i++) {
+		const uint8_t *b = rp->bulk + 4 * i;
+		uint32_t v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+		if (v >= (uint32_t)limit) {
+			free(*ids);
+			set_err(e, WC_ERR_WORKER, "%s", "the worker sent a token id outside the vocabulary");
+			return -1;
+		}
+		(*ids)[i] = (int)v;
+	}
+	return 0;
+}
+
+/* "u32 arg, u32 n, n x u32 ids" in one packet. */
+static int ids_payload(uint32_t arg, const int *ids, size_t n, uint8_t *buf, size_t cap, size_t *len, wc_error *e)
+{
+	ipc_wr w;
+	ipc_wr_init(&w, buf, cap);
+	ipc_put_u32(&w, arg);
+	ipc_put_u32(&w, (uint32_t)n);
+	for (size_t i = 0; i < n; i++)
+		ipc_put_u32(&w, (uint32_t)ids[i]);
+	if (w.bad || n == 0) {
+		set_err(e, WC_ERR_INVALID, "%s", n ? "too many ids for one request" : "no ids");
+		return -1;
+	}
+	*len = w.len;
+	return 0;
 }
 
 int wclient_tokenize(wclient *c, const char *text, size_t len, int special, int **ids, size_t *n, wc_error *e)
 {
 	memset(e, 0, sizeof(*e));
-	unsigned char *mask = NULL;
-	if (special) {
-		mask = malloc(len ? len : 1);
-		if (!mask) {
-			snprintf(e->msg, sizeof(e->msg), "out of memory");
-			e->kind = WC_ERR_INVALID;
-			return -1;
-		}
-		memset(mask, 1, len);
+	int fd = ipc_memfd_sealed("mlxr-text", text, len);
+	if (fd < 0) {
+		set_err(e, WC_ERR_INVALID, "%s", "cannot pass the text");
+		return -1;
 	}
-	int r = tok_encode(c->s.tok, text, len, mask, ids, n, e->msg, sizeof(e->msg));
-	free(mask);
-	if (r)
-		e->kind = WC_ERR_INVALID;
-	return r;
+	uint8_t buf[8];
+	ipc_wr w;
+	ipc_wr_init(&w, buf, sizeof(buf));
+	ipc_put_u32(&w, special ? 1 : 0);
+	reply rp;
+	memset(&rp, 0, sizeof(rp));
+	int rc = transact(c, IPC_TOKENIZE, buf, w.len, &fd, 1, &rp, e);
+	close(fd);
+	if (rc == 0)
+		rc = bulk_ids(&rp, ids, n, c->info.vocab, e);
+	free(rp.bulk);
+	return rc;
 }
 
 int wclient_detokenize(wclient *c, const int *ids, size_t n, char **out, size_t *len, wc_error *e)
 {
 	memset(e, 0, sizeof(*e));
-	for (size_t i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= tok_vocab_size(c->s.tok)) {
-			e->kind = WC_ERR_INVALID;
-			snprintf(e->msg, sizeof(e->msg), "token id %d is outside the vocabulary", ids[i]);
-			return -1;
-		}
-	if (tok_decode(c->s.tok, ids, n, 0, out, len)) {
-		e->kind = WC_ERR_INVALID;
-		snprintf(e->msg, sizeof(e->msg), "out of memory");
+	uint8_t *buf = malloc(IPC_MAX_PAYLOAD);
+	size_t pl;
+	if (!buf || ids_payload(0, ids, n, buf, IPC_MAX_PAYLOAD, &pl, e)) {
+		free(buf);
+		if (!e->kind)
+			set_err(e, WC_ERR_INVALID, "%s", "out of memory");
 		return -1;
 	}
-	return 0;
+	/* The payload starts with the unused arg word; the worker reads
+	 * "n, ids": skip it. */
+	reply rp;
+	memset(&rp, 0, sizeof(rp));
+	int rc = transact(c, IPC_DETOKENIZE, buf + 4, pl - 4, NULL, 0, &rp, e);
+	free(buf);
+	if (rc == 0) {
+		*out = malloc(rp.nbulk + 1);
+		if (!*out) {
+			set_err(e, WC_ERR_INVALID, "%s", "out of memory");
+			rc = -1;
+		} else {
+			memcpy(*out, rp.bulk, rp.nbulk);
+			(*out)[rp.nbulk] = 0;
+			*len = rp.nbulk;
+		}
+	}
+	free(rp.bulk);
+	return rc;
 }
 
 int wclient_bench(wclient *c, const wc_bench_req *r, wc_bench_res *out, wc_error *e)
 {
-	return exec_bench(&c->s, r, out, e);
+	memset(e, 0, sizeof(*e));
+	uint8_t buf[16];
+	ipc_wr w;
+	ipc_wr_init(&w, buf, sizeof(buf));
+	ipc_put_u32(&w, (uint32_t)r->prefill);
+	ipc_put_u32(&w, (uint32_t)r->decode);
+	ipc_put_u32(&w, (uint32_t)r->long_ctx);
+	reply rp;
+	memset(&rp, 0, sizeof(rp));
+	int rc = transact(c, IPC_BENCH, buf, w.len, NULL, 0, &rp, e);
+	if (rc == 0 && wc_bench_res_unpack(rp.done, rp.ndone, out)) {
+		kill_worker(c, e, "it sent a malformed benchmark result");
+		rc = -1;
+	}
+	if (rc == 0) { /* the worker's peak resident memory, from outside it */
+		char path[64], line[128];
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)c->pid);
+		FILE *f = fopen(path, "r");
+		unsigned long kb;
+		while (f && fgets(line, sizeof(line), f))
+			if (sscanf(line, "VmHWM: %lu kB", &kb) == 1)
+				out->peak_rss_mb = kb / 1024.0;
+		if (f)
+			fclose(f);
+	}
+	free(rp.bulk);
+	return rc;
 }
 
 int wclient_logits(wclient *c, const int *ids, size_t n, int decode, float **logits, wc_error *e)
 {
-	*logits = malloc(sizeof(float) * n * (size_t)c->info.vocab + 1);
-	if (!*logits) {
-		memset(e, 0, sizeof(*e));
-		e->kind = WC_ERR_INVALID;
-		snprintf(e->msg, sizeof(e->msg), "out of memory");
+	memset(e, 0, sizeof(*e));
+	uint8_t *buf = malloc(IPC_MAX_PAYLOAD);
+	size_t pl;
+	reply rp;
+	memset(&rp, 0, sizeof(rp));
+	int rc = -1;
+	if (!buf) {
+		set_err(e, WC_ERR_INVALID, "%s", "out of memory");
 		return -1;
 	}
-	if (exec_logits(&c->s, ids, n, decode, *logits, e)) {
-		free(*logits);
-		*logits = NULL;
-		return -1;
+	if (ids_payload(decode ? 1 : 0, ids, n, buf, IPC_MAX_PAYLOAD, &pl, e) == 0 &&
+	    transact(c, IPC_LOGITS, buf, pl, NULL, 0, &rp, e) == 0) {
+		if (rp.nbulk != n * (size_t)c->info.vocab * sizeof(float)) {
+			kill_worker(c, e, "it sent logits of the wrong size");
+		} else {
+			*logits = (float *)rp.bulk; /* little-endian float32, as the host */
+			rp.bulk = NULL;
+			rc = 0;
+		}
 	}
-	return 0;
+	free(rp.bulk);
+	free(buf);
+	return rc;
 }
 
 int wclient_greedy(wclient *c, const int *ids, size_t n, int gen, int **out, wc_error *e)
 {
-	*out = malloc(sizeof(int) * (size_t)(gen > 0 ? gen : 1));
-	if (!*out || exec_greedy(&c->s, ids, n, gen, *out, e)) {
-		free(*out);
-		*out = NULL;
+	memset(e, 0, sizeof(*e));
+	uint8_t *buf = malloc(IPC_MAX_PAYLOAD);
+	size_t pl, got;
+	reply rp;
+	memset(&rp, 0, sizeof(rp));
+	int rc = -1;
+	if (!buf) {
+		set_err(e, WC_ERR_INVALID, "%s", "out of memory");
 		return -1;
 	}
-	return 0;
+	if (gen > 0 && ids_payload((uint32_t)gen, ids, n, buf, IPC_MAX_PAYLOAD, &pl, e) == 0 &&
+	    transact(c, IPC_GREEDY, buf, pl, NULL, 0, &rp, e) == 0 && bulk_ids(&rp, out, &got, c->info.vocab, e) == 0) {
+		if (got != (size_t)gen) {
+			free(*out);
+			kill_worker(c, e, "it sent the wrong number of ids");
+		} else {
+			rc = 0;
+		}
+	}
+	free(rp.bulk);
+	free(buf);
+	return rc;
 }
 
 int wclient_chat_ids(wclient *c, const wc_request *r, int **ids, size_t *n, wc_error *e)
 {
-	return exec_chat_ids(&c->s, r, ids, n, e);
+	memset(e, 0, sizeof(*e));
+	int fd = request_fd(r, e);
+	if (fd < 0)
+		return -1;
+	reply rp;
+	memset(&rp, 0, sizeof(rp));
+	int rc = transact(c, IPC_CHAT_IDS, NULL, 0, &fd, 1, &rp, e);
+	close(fd);
+	if (rc == 0)
+		rc = bulk_ids(&rp, ids, n, c->info.vocab, e);
+	free(rp.bulk);
+	return rc;
+}
+
+int wclient_import(int gguf_fd, const int outs[4], int bits, int group_size, int no_sandbox, char *summary,
+		   size_t slen, wc_error *e)
+{
+	wclient c;
+	memset(&c, 0, sizeof(c));
+	c.sock = -1;
+	memset(e, 0, sizeof(*e));
+	signal(SIGPIPE, SIG_IGN);
+	char err[256];
+	if (spawn("importer", no_sandbox, &c.pid, &c.sock, err, sizeof(err))) {
+		set_err(e, WC_ERR_WORKER, "%s", err);
+		return -1;
+	}
+	int fds[5] = { gguf_fd, outs[0], outs[1], outs[2], outs[3] };
+	uint8_t buf[16];
+	ipc_wr w;
+	ipc_wr_init(&w, buf, sizeof(buf));
+	ipc_put_u32(&w, (uint32_t)bits);
+	ipc_put_u32(&w, (uint32_t)group_size);
+	reply rp;
+	memset(&rp, 0, sizeof(rp));
+	int rc = transact(&c, IPC_IMPORT, buf, w.len, fds, 5, &rp, e);
+	if (rc == 0) {
+		size_t k = rp.nbulk < slen - 1 ? rp.nbulk : slen - 1;
+		for (size_t i = 0; i < k; i++)
+			summary[i] = rp.bulk[i] < 0x20 && rp.bulk[i] != '\t' ? '?' : (char)rp.bulk[i];
+		summary[k] = 0;
+	}
+	free(rp.bulk);
+	kill_worker(&c, NULL, "");
+	return rc;
 }
 
 void wclient_stop(wclient *c)
 {
 	if (!c)
 		return;
-	session_close(&c->s);
+	if (c->pid) {
+		/* Closing the socket ends the worker's loop; reap it. */
+		close(c->sock);
+		c->sock = -1;
+		int status;
+		pid_t r = 0;
+		for (int i = 0; i < 100 && (r = waitpid(c->pid, &status, WNOHANG)) == 0; i++)
+			usleep(2000);
+		if (r == 0) {
+			kill(c->pid, SIGKILL);
+			waitpid(c->pid, &status, 0);
+		}
+	}
+	if (c->manifest >= 0)
+		close(c->manifest);
+	for (int i = 0; i < c->nshards; i++)
+		if (c->shards && c->shards[i] >= 0)
+			close(c->shards[i]);
+	free(c->shards);
 	free(c);
 }

@@ -28,16 +28,7 @@ typedef struct {
 	int no_sandbox; /* debugging only: the worker runs without its sandbox */
 } wclient_opts;
 
-typedef struct {
-	char model_type[32];
-	char chat_format[16]; /* "chatml", "qwen3", "llama3", ... */
-	int chat_ok;          /* 0: the template was not recognised; ChatML fallback */
-	char chat_note[256];  /* why, for the user */
-	int vocab, ctx, max_pos, n_layers, hidden, n_heads, n_kv_heads;
-	uint64_t weight_bytes; /* tensor bytes */
-	uint64_t decode_bytes; /* weight bytes read per decoded token */
-	double load_s;         /* validation + worker start + load */
-} wclient_info;
+typedef wc_info wclient_info;
 
 int wclient_start(wclient **out, const char *model_dir, const wclient_opts *o, wc_error *e);
 const wclient_info *wclient_info_get(const wclient *c);
@@ -53,5 +44,13 @@ int wclient_logits(wclient *c, const int *ids, size_t n, int decode, float **log
 int wclient_greedy(wclient *c, const int *ids, size_t n, int gen, int **out, wc_error *e);
 int wclient_chat_ids(wclient *c, const wc_request *r, int **ids, size_t *n, wc_error *e);
 void wclient_stop(wclient *c);
+
+/* `mlxr import`: a sandboxed importer worker converts the GGUF file
+ * (read-only fd) into the four output files the broker opened (in order:
+ * model.safetensors, config.json, tokenizer.json, tokenizer_config.json).
+ * summary receives "arch\ttensors\texact\trequantized\tdense". The broker
+ * validates the result like any model before it enters the store. */
+int wclient_import(int gguf_fd, const int outs[4], int bits, int group_size, int no_sandbox, char *summary,
+		   size_t slen, wc_error *e);
 
 #endif

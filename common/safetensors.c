@@ -384,3 +384,123 @@ void st_close(st_set *set)
 	free(set->shards);
 	memset(set, 0, sizeof(*set));
 }
+
+/* ---- tensor table ---- */
+
+void st_table_pack(const st_set *set, ipc_blob *b)
+{
+	ipc_blob_u32(b, (uint32_t)set->nshards);
+	for (int i = 0; i < set->nshards; i++)
+		ipc_blob_u64(b, set->shards[i].size);
+	ipc_blob_u32(b, (uint32_t)set->ntensors);
+	for (size_t i = 0; i < set->ntensors; i++) {
+		const st_tensor *t = &set->tensors[i];
+		ipc_blob_bytes(b, t->name, strlen(t->name));
+		ipc_blob_u32(b, (uint32_t)t->dtype);
+		ipc_blob_u32(b, (uint32_t)t->ndim);
+		for (int d = 0; d < t->ndim; d++)
+			ipc_blob_u64(b, (uint64_t)t->shape[d]);
+		ipc_blob_u32(b, (uint32_t)t->shard);
+		ipc_blob_u64(b, (uint64_t)(t->data - set->shards[t->shard].map));
+		ipc_blob_u64(b, t->nbytes);
+	}
+}
+
+int st_table_load(st_set *set, ipc_rd *rd, const int *fds, int nfds, char *err, size_t errlen)
+{
+	memset(set, 0, sizeof(*set));
+	uint32_t ns = ipc_get_u32(rd);
+	if (rd->bad || ns == 0 || ns > ST_MAX_SHARDS || (int)ns != nfds) {
+		snprintf(err, errlen, "tensor table: %u shards for %d descriptors", ns, nfds);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		return -1;
+	}
+	set->shards = calloc(ns, sizeof(st_shard));
+	if (!set->shards) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	set->nshards = (int)ns;
+	for (uint32_t i = 0; i < ns; i++) /* every descriptor is owned by the set from here on */
+		set->shards[i].fd = fds[i];
+	for (uint32_t i = 0; i < ns; i++) {
+		st_shard *s = &set->shards[i];
+		s->path = strdup("shard");
+		uint64_t want = ipc_get_u64(rd);
+		struct stat st;
+		if (rd->bad || fstat(s->fd, &st) || (!S_ISREG(st.st_mode)) || (uint64_t)st.st_size != want ||
+		    want > SIZE_MAX) {
+			snprintf(err, errlen, "tensor table: shard %u is not a regular file of %llu bytes", i,
+				 (unsigned long long)want);
+			goto fail;
+		}
+		s->size = (size_t)want;
+		if (s->size) {
+			void *m = mmap(NULL, s->size, PROT_READ, MAP_PRIVATE, s->fd, 0);
+			if (m == MAP_FAILED) {
+				snprintf(err, errlen, "tensor table: cannot map shard %u", i);
+				goto fail;
+			}
+			s->map = m;
+		}
+	}
+	uint32_t nt = ipc_get_u32(rd);
+	if (rd->bad || nt > 65536 || nt > rd->left / 24) {
+		snprintf(err, errlen, "tensor table: bad tensor count");
+		goto fail;
+	}
+	set->tensors = calloc(nt ? nt : 1, sizeof(st_tensor));
+	if (!set->tensors) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	for (uint32_t i = 0; i < nt; i++) {
+		st_tensor *t = &set->tensors[set->ntensors];
+		size_t nl;
+		const uint8_t *name = ipc_get_bytes(rd, ST_MAX_NAME - 1, &nl);
+		uint32_t dt = ipc_get_u32(rd), nd = ipc_get_u32(rd);
+		if (rd->bad || !nl || memchr(name, 0, nl) || dt >= ST_DTYPE_COUNT || nd > ST_MAX_DIMS) {
+			snprintf(err, errlen, "tensor table: entry %u is malformed", i);
+			goto fail;
+		}
+		t->name = malloc(nl + 1);
+		if (!t->name) {
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		memcpy(t->name, name, nl);
+		t->name[nl] = 0;
+		set->ntensors++;
+		t->dtype = (st_dtype)dt;
+		t->ndim = (int)nd;
+		uint64_t numel = 1;
+		for (uint32_t d = 0; d < nd; d++) {
+			uint64_t v = ipc_get_u64(rd);
+			if (v > INT64_MAX || (v && numel > UINT64_MAX / v)) {
+				snprintf(err, errlen, "tensor table: %s: bad shape", t->name);
+				goto fail;
+			}
+			t->shape[d] = (int64_t)v;
+			numel *= v;
+		}
+		uint32_t sh = ipc_get_u32(rd);
+		uint64_t off = ipc_get_u64(rd), nb = ipc_get_u64(rd);
+		size_t es = st_dtype_size(t->dtype);
+		if (rd->bad || sh >= ns || numel > UINT64_MAX / es || nb != numel * es ||
+		    off > set->shards[sh].size || nb > set->shards[sh].size - off) {
+			snprintf(err, errlen, "tensor table: %s: span outside its shard", t->name);
+			goto fail;
+		}
+		t->shard = (int)sh;
+		t->data = set->shards[sh].map + off;
+		t->nbytes = nb;
+		set->total_bytes += nb;
+	}
+	return 0;
+fail:
+	st_close(set);
+	return -1;
+}

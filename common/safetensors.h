@@ -71,4 +71,15 @@ size_t st_dtype_size(st_dtype dt);
 const char *st_dtype_name(st_dtype dt);
 uint64_t st_numel(const st_tensor *t);
 
+
+/* ---- the validated tensor table, as the broker hands it to the worker ----
+ * The broker packs the table of a validated set; the worker rebuilds a set
+ * from it and the shard fds it received, checking each fd's size against
+ * the table (fstat) and each tensor's span against its shard, and maps the
+ * shards PROT_READ. The worker never parses a safetensors header. */
+#include "common/ipc.h"
+void st_table_pack(const st_set *set, ipc_blob *b);
+/* Reads the table from rd; fds[i] is shard i (taken over: closed by
+ * st_close, or on error). */
+int st_table_load(st_set *set, ipc_rd *rd, const int *fds, int nfds, char *err, size_t errlen);
 #endif

@@ -7,6 +7,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct {
+	char model_type[32];
+	char chat_format[16]; /* "chatml", "qwen3", "llama3", ... */
+	int chat_ok;          /* 0: the template was not recognised; ChatML fallback */
+	char chat_note[256];  /* why, for the user */
+	int vocab, ctx, max_pos, n_layers, hidden, n_heads, n_kv_heads;
+	uint64_t weight_bytes; /* tensor bytes */
+	uint64_t decode_bytes; /* weight bytes read per decoded token */
+	double load_s;         /* validation + worker start + load */
+} wc_info;
+
 typedef enum {
 	WC_ROLE_SYSTEM,
 	WC_ROLE_USER,
@@ -111,5 +122,25 @@ typedef struct {
 	uint64_t decode_bytes;  /* weight bytes per decoded token */
 	double peak_rss_mb;     /* of the worker */
 } wc_bench_res;
+
+/* ---- wire forms (common/wcproto.c): the broker packs, the worker unpacks,
+ * and the other way round; every unpack is bounded and validates enums and
+ * counts, whichever side it runs on. ---- */
+#include "common/ipc.h"
+
+/* A request travels in a sealed memfd; the unpacked strings point into its
+ * mapping (valid while it is mapped). msgs is malloc'd by the unpacker. */
+int wc_request_pack(const wc_request *r, ipc_blob *b);
+int wc_request_unpack(const uint8_t *p, size_t n, wc_request *r, wc_msg **msgs, char *err, size_t errlen);
+/* Frees what wc_request_unpack allocated (msgs and the stop strings). */
+void wc_request_unpacked_free(wc_request *r, wc_msg *msgs);
+void wc_event_pack(const wc_event *ev, ipc_wr *w);
+int wc_event_unpack(const uint8_t *p, size_t n, wc_event *ev);
+void wc_error_pack(const wc_error *e, ipc_wr *w);
+int wc_error_unpack(const uint8_t *p, size_t n, wc_error *e);
+void wc_info_pack(const wc_info *i, ipc_wr *w);
+int wc_info_unpack(const uint8_t *p, size_t n, wc_info *i);
+void wc_bench_res_pack(const wc_bench_res *b, ipc_wr *w);
+int wc_bench_res_unpack(const uint8_t *p, size_t n, wc_bench_res *b);
 
 #endif

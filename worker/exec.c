@@ -12,6 +12,7 @@
 typedef struct {
 	wc_event_fn fn;
 	void *arg;
+	int (*check)(void *arg);
 	int think;      /* 1: the format can think */
 	int state;      /* 0 start, 1 in reasoning, 2 after reasoning (skip ws), 3 text */
 	char hold[16];
@@ -102,6 +103,14 @@ static int split_feed(void *arg, const char *t, size_t n)
 		sp->nhold = r;
 	}
 	free(buf);
+	return sp->stop;
+}
+
+static int split_check(void *arg)
+{
+	splitter *sp = arg;
+	if (!sp->stop && sp->check)
+		sp->stop = sp->check(sp->arg) != 0;
 	return sp->stop;
 }
 
@@ -196,7 +205,7 @@ static int build_ids(session *s, const wc_request *r, int **ids, size_t *n, wc_e
 	return 0;
 }
 
-int exec_generate(session *s, const wc_request *r, wc_event_fn fn, void *arg, wc_error *e)
+int exec_generate(session *s, const wc_request *r, wc_event_fn fn, int (*check)(void *arg), void *arg, wc_error *e)
 {
 	int *ids;
 	size_t n;
@@ -218,8 +227,9 @@ int exec_generate(session *s, const wc_request *r, wc_event_fn fn, void *arg, wc
 	p.n_stops = r->n_stops < SESSION_MAX_STOPS ? r->n_stops : SESSION_MAX_STOPS;
 	for (int i = 0; i < p.n_stops; i++)
 		p.stops[i] = r->stops[i];
-	splitter sp = { fn, arg, r->msgs && s->chat.format == CHAT_FMT_QWEN3, 0, { 0 }, 0, 0 };
+	splitter sp = { fn, arg, check, r->msgs && s->chat.format == CHAT_FMT_QWEN3, 0, { 0 }, 0, 0 };
 	p.progress = on_progress;
+	p.check = split_check;
 	gen_stats st;
 	int rc = session_generate(s, ids, n, &p, split_feed, &sp, &st, e->msg, sizeof(e->msg));
 	free(ids);

@@ -8,7 +8,9 @@
 #include "common/wcapi.h"
 #include "worker/session.h"
 
-int exec_generate(session *s, const wc_request *r, wc_event_fn fn, void *arg, wc_error *e);
+/* check (may be NULL) is polled once per decode step with arg; nonzero
+ * cancels, as a nonzero return from fn does. */
+int exec_generate(session *s, const wc_request *r, wc_event_fn fn, int (*check)(void *arg), void *arg, wc_error *e);
 int exec_bench(session *s, const wc_bench_req *r, wc_bench_res *out, wc_error *e);
 /* Developer requests (mlxr eval): teacher-forced logits [n][vocab] into
  * `logits` (batched prefill, or one token at a time with decode); greedy

@@ -80,13 +80,8 @@ static int ferr(ictx *c, const char *fmt, ...)
 	return -1;
 }
 
-int imp_write_file(int dirfd, const char *name, const void *buf, size_t len, char *err, size_t errlen)
+int imp_write_file(int fd, const char *name, const void *buf, size_t len, char *err, size_t errlen)
 {
-	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		snprintf(err, errlen, "creating %s: %s", name, strerror(errno));
-		return -1;
-	}
 	const uint8_t *p = buf;
 	while (len) {
 		ssize_t w = write(fd, p, len);
@@ -94,15 +89,10 @@ int imp_write_file(int dirfd, const char *name, const void *buf, size_t len, cha
 			continue;
 		if (w <= 0) {
 			snprintf(err, errlen, "writing %s: %s", name, strerror(errno));
-			close(fd);
 			return -1;
 		}
 		p += w;
 		len -= (size_t)w;
-	}
-	if (close(fd)) {
-		snprintf(err, errlen, "closing %s: %s", name, strerror(errno));
-		return -1;
 	}
 	return 0;
 }
@@ -576,7 +566,7 @@ static void write_quant_block(ictx *c, jw_buf *w, int dbits, int dgs)
 	jw_cstr(w, "}");
 }
 
-static int write_config(ictx *c, int dirfd)
+static int write_config(ictx *c, int fd)
 {
 	const hparams *h = &c->hp;
 	jw_buf w = { 0 };
@@ -688,7 +678,7 @@ static int write_config(ictx *c, int dirfd)
 		jw_free(&w);
 		return ferr(c, "out of memory");
 	}
-	int rc = imp_write_file(dirfd, "config.json", w.buf, w.len, c->err, c->errlen);
+	int rc = imp_write_file(fd, "config.json", w.buf, w.len, c->err, c->errlen);
 	jw_free(&w);
 	return rc;
 }
@@ -741,7 +731,7 @@ static int cmp_out(const void *a, const void *b)
 	return strcmp(((const st_out *)a)->name, ((const st_out *)b)->name);
 }
 
-int gguf_import(int in_fd, int out_dirfd, const gguf_import_opts *opts, gguf_import_stats *stats, char *err,
+int gguf_import_fds(int in_fd, const imp_outs *outs, const gguf_import_opts *opts, gguf_import_stats *stats, char *err,
 		size_t errlen)
 {
 	ictx c = { 0 };
@@ -782,23 +772,11 @@ int gguf_import(int in_fd, int out_dirfd, const gguf_import_opts *opts, gguf_imp
 			goto out;
 	qsort(c.out, c.n_out, sizeof(*c.out), cmp_out);
 	c.st->tensors = c.n_out;
-	{
-		int fd = openat(out_dirfd, "model.safetensors", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-		if (fd < 0) {
-			ferr(&c, "creating model.safetensors: %s", strerror(errno));
-			goto out;
-		}
-		int wr = st_write(fd, c.out, c.n_out, err, errlen);
-		if (close(fd) && !wr) {
-			ferr(&c, "closing model.safetensors: %s", strerror(errno));
-			goto out;
-		}
-		if (wr)
-			goto out;
-	}
-	if (write_config(&c, out_dirfd))
+	if (st_write(outs->safetensors, c.out, c.n_out, err, errlen))
 		goto out;
-	if (gguf_write_tokenizer(&c.g, c.hp.a->gguf, c.hp.ctx, out_dirfd, err, errlen))
+	if (write_config(&c, outs->config))
+		goto out;
+	if (gguf_write_tokenizer(&c.g, c.hp.a->gguf, c.hp.ctx, outs, err, errlen))
 		goto out;
 	rc = 0;
 	goto out;
@@ -816,5 +794,29 @@ out:
 	if (parsed)
 		gguf_free(&c.g);
 	free(buf);
+	return rc;
+}
+
+int gguf_import(int in_fd, int out_dirfd, const gguf_import_opts *opts, gguf_import_stats *stats, char *err,
+		size_t errlen)
+{
+	static const char *names[4] = { "model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json" };
+	int fds[4] = { -1, -1, -1, -1 }, rc = -1;
+	for (int i = 0; i < 4; i++) {
+		fds[i] = openat(out_dirfd, names[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fds[i] < 0) {
+			snprintf(err, errlen, "creating %s: %s", names[i], strerror(errno));
+			goto out;
+		}
+	}
+	imp_outs o = { fds[0], fds[1], fds[2], fds[3] };
+	rc = gguf_import_fds(in_fd, &o, opts, stats, err, errlen);
+out:
+	for (int i = 0; i < 4; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (rc) /* nothing half-written stays behind */
+		for (int i = 0; i < 4; i++)
+			unlinkat(out_dirfd, names[i], 0);
 	return rc;
 }

@@ -5,10 +5,10 @@
  * Contract:
  *  - gguf_import() reads the GGUF file from in_fd (a regular file; read
  *    whole into memory, never mapped, so a file truncated under us cannot
- *    fault) and creates its files with openat() under out_dirfd, which the
- *    caller created empty. It never prints or exits. 0 ok; -1 with one line
- *    in err. On -1 files may remain under out_dirfd: the caller removes the
- *    directory (it writes into a temporary directory and renames it).
+ *    fault) and writes its four files through the descriptors in *out,
+ *    which the caller opened (in the broker: in a staging directory). It
+ *    never prints or exits. 0 ok; -1 with one line in err; the caller
+ *    removes the staging directory.
  *  - Q4_1 tensors become MLX 4-bit group-32 and Q8_0 tensors 8-bit group-32
  *    bit-exactly; every other matrix is dequantized and requantized to
  *    opts->bits / opts->group_size as mx.quantize would; 1-D tensors stay
@@ -35,6 +35,16 @@ typedef struct {
 	char arch[32];
 } gguf_import_stats;
 
+/* The four output files, opened (empty, writable) by the caller: the
+ * sandboxed importer opens nothing itself. */
+typedef struct {
+	int safetensors, config, tokenizer, tokenizer_config;
+} imp_outs;
+
+int gguf_import_fds(int in_fd, const imp_outs *out, const gguf_import_opts *opts,
+		    gguf_import_stats *stats, char *err, size_t errlen);
+/* The same, creating the four files (O_EXCL) under out_dirfd: for tests
+ * and the fuzz harness, which run outside a sandbox. */
 int gguf_import(int in_fd, int out_dirfd, const gguf_import_opts *opts,
 		gguf_import_stats *stats, char *err, size_t errlen);
 
@@ -55,9 +65,10 @@ int st_write(int fd, const st_out *t, size_t n, char *err, size_t errlen);
 /* Writes both files under dirfd from the GGUF tokenizer.* metadata.
  * arch is general.architecture; context_length bounds model_max_length. */
 int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_length,
-			 int dirfd, char *err, size_t errlen);
+			 const imp_outs *out, char *err, size_t errlen);
 
-/* Shared by import.c and import_tok.c: writes len bytes to a new file. */
-int imp_write_file(int dirfd, const char *name, const void *buf, size_t len, char *err, size_t errlen);
+/* Shared by import.c and import_tok.c: writes len bytes to output file fd
+ * (name is for messages). */
+int imp_write_file(int fd, const char *name, const void *buf, size_t len, char *err, size_t errlen);
 
 #endif

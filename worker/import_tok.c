@@ -326,7 +326,7 @@ static void w_post(jw_buf *w, tctx *c, int64_t bos, int add_bos)
 	jw_cstr(w, "}},\n");
 }
 
-int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_length, int dirfd, char *err,
+int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_length, const imp_outs *outs, char *err,
 			 size_t errlen)
 {
 	tctx c = { 0 };
@@ -536,7 +536,7 @@ int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_
 		terr(&c, "out of memory");
 		goto out;
 	}
-	if (imp_write_file(dirfd, "tokenizer.json", w.buf, w.len, err, errlen))
+	if (imp_write_file(outs->tokenizer, "tokenizer.json", w.buf, w.len, err, errlen))
 		goto out;
 
 	/* ---- tokenizer_config.json ---- */
@@ -581,7 +581,7 @@ int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_
 		terr(&c, "out of memory");
 		goto out;
 	}
-	if (imp_write_file(dirfd, "tokenizer_config.json", tc.buf, tc.len, err, errlen))
+	if (imp_write_file(outs->tokenizer_config, "tokenizer_config.json", tc.buf, tc.len, err, errlen))
 		goto out;
 	rc = 0;
 out:

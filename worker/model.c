@@ -30,6 +30,7 @@ static char *read_file(const char *path, size_t cap, size_t *len)
 
 typedef struct {
 	const json_value *q; /* the "quantization" object or NULL */
+	int trusted;         /* the broker already checked the tensors against it */
 } qcfg;
 
 /* Expected (bits, group) for a module path: per-layer override, else the
@@ -100,8 +101,8 @@ static int bind_matrix(model *m, const qcfg *qc, const char *path, int rows, int
 	const st_tensor *s = st_find(&m->st, n);
 	snprintf(n, sizeof(n), "%s.biases", path);
 	const st_tensor *b = st_find(&m->st, n);
-	int ebits, egs;
-	if (qcfg_for(qc, path, &ebits, &egs, err, errlen))
+	int ebits = 0, egs = 0;
+	if (!qc->trusted && qcfg_for(qc, path, &ebits, &egs, err, errlen))
 		return -1;
 	memset(out, 0, sizeof(*out));
 	out->rows = rows;
@@ -146,12 +147,12 @@ static int bind_matrix(model *m, const qcfg *qc, const char *path, int rows, int
 			 path, bits, gs);
 		return -1;
 	}
-	if (!qc->q) {
+	if (!qc->trusted && !qc->q) {
 		snprintf(err, errlen, "%s: tensor %s is quantized but config.json has no quantization block",
 			 shard_of(m, w), path);
 		return -1;
 	}
-	if (bits != ebits || gs != egs) {
+	if (!qc->trusted && (bits != ebits || gs != egs)) {
 		snprintf(err, errlen, "%s: tensor %s: %d bits / group %d in the file but config.json says %d / %d",
 			 shard_of(m, w), path, bits, gs, ebits, egs);
 		return -1;
@@ -198,6 +199,81 @@ static uint64_t matrix_bytes(const kq_matrix *q)
 	return n * (uint64_t)q->bits / 8 + groups * 2 * (q->sdt == KDT_F32 ? 4 : 2);
 }
 
+/* Binds every tensor the architecture needs, checking names and shapes
+ * (and, unless trusted, bits and group sizes against config.json). */
+static int model_bind(model *m, const qcfg *qcp, char *err, size_t errlen)
+{
+	qcfg qc = *qcp;
+	model_config *c = &m->cfg;
+	int H = c->hidden, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+	if (bind_matrix(m, &qc, "model.embed_tokens", c->vocab, H, &m->embed, err, errlen))
+		return -1;
+	int has_head = st_find(&m->st, "lm_head.weight") != NULL;
+	if (c->arch == ARCH_GEMMA || c->arch == ARCH_GEMMA2)
+		c->tied = 1; /* mlx-lm: always the embedding */
+	else if (c->tied == -1)
+		c->tied = !has_head;
+	else if (!c->tied && !has_head) {
+		snprintf(err, errlen, "tensor lm_head.weight: missing although config.json says tie_word_embeddings false");
+		return -1;
+	}
+	if (c->tied)
+		m->lm_head = m->embed;
+	else if (bind_matrix(m, &qc, "lm_head", c->vocab, H, &m->lm_head, err, errlen))
+		return -1;
+	if (bind_vec(m, "model.norm.weight", H, &m->final_norm, err, errlen))
+		return -1;
+	m->layers = calloc((size_t)c->n_layers, sizeof(layer_weights));
+	if (!m->layers) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (int i = 0; i < c->n_layers; i++) {
+		layer_weights *L = &m->layers[i];
+		char p[256], n[300];
+#define MAT(field, sub, rows, cols) \
+	(snprintf(p, sizeof(p), "model.layers.%d.%s", i, sub), bind_matrix(m, &qc, p, rows, cols, &L->field, err, errlen))
+#define VEC(field, sub, len) \
+	(snprintf(n, sizeof(n), "model.layers.%d.%s", i, sub), bind_vec(m, n, len, &L->field, err, errlen))
+		if (c->fused_qkv) {
+			if (MAT(q, "self_attn.qkv_proj", qd + 2 * kvd, H) || MAT(gate, "mlp.gate_up_proj", 2 * c->inter, H))
+				return -1;
+		} else {
+			if (MAT(q, "self_attn.q_proj", qd, H) || MAT(k, "self_attn.k_proj", kvd, H) ||
+			    MAT(v, "self_attn.v_proj", kvd, H) || MAT(gate, "mlp.gate_proj", c->inter, H) ||
+			    MAT(up, "mlp.up_proj", c->inter, H))
+				return -1;
+		}
+		if (MAT(o, "self_attn.o_proj", H, qd) || MAT(down, "mlp.down_proj", H, c->inter))
+			return -1;
+		if (c->qkv_bias && (VEC(q_bias, "self_attn.q_proj.bias", qd) || VEC(k_bias, "self_attn.k_proj.bias", kvd) ||
+				    VEC(v_bias, "self_attn.v_proj.bias", kvd)))
+			return -1;
+		if (c->o_bias && VEC(o_bias, "self_attn.o_proj.bias", H))
+			return -1;
+		if (VEC(attn_norm, "input_layernorm.weight", H))
+			return -1;
+		if (c->sandwich) {
+			if (VEC(post_attn_norm, "post_attention_layernorm.weight", H) ||
+			    VEC(ffn_norm, "pre_feedforward_layernorm.weight", H) ||
+			    VEC(post_ffn_norm, "post_feedforward_layernorm.weight", H))
+				return -1;
+		} else if (VEC(ffn_norm, "post_attention_layernorm.weight", H)) {
+			return -1;
+		}
+		if (c->qk_norm && (VEC(q_norm, "self_attn.q_norm.weight", hd) || VEC(k_norm, "self_attn.k_norm.weight", hd)))
+			return -1;
+#undef MAT
+#undef VEC
+		m->decode_bytes += matrix_bytes(&L->q) + matrix_bytes(&L->k) + matrix_bytes(&L->v) +
+				   matrix_bytes(&L->o) + matrix_bytes(&L->gate) + matrix_bytes(&L->up) +
+				   matrix_bytes(&L->down);
+	}
+	m->decode_bytes += matrix_bytes(&m->lm_head) + (uint64_t)H * 4; /* + one embedding row, roughly */
+	m->weight_bytes = m->st.total_bytes;
+	return 0;
+}
+
 int model_load(model *m, const char *dir, char *err, size_t errlen)
 {
 	char path[4096];
@@ -219,7 +295,7 @@ int model_load(model *m, const char *dir, char *err, size_t errlen)
 		snprintf(err, errlen, "config.json: %s", jerr);
 		goto fail;
 	}
-	qcfg qc = { json_get(doc.root, "quantization") };
+	qcfg qc = { json_get(doc.root, "quantization"), 0 };
 	if (!qc.q)
 		qc.q = json_get(doc.root, "quantization_config");
 	if (qc.q && qc.q->type != JSON_OBJECT) {
@@ -231,73 +307,8 @@ int model_load(model *m, const char *dir, char *err, size_t errlen)
 	if (st_open_dir(&m->st, dir, err, errlen))
 		goto fail;
 
-	model_config *c = &m->cfg;
-	int H = c->hidden, hd = c->head_dim, qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
-	if (bind_matrix(m, &qc, "model.embed_tokens", c->vocab, H, &m->embed, err, errlen))
+	if (model_bind(m, &qc, err, errlen))
 		goto fail;
-	int has_head = st_find(&m->st, "lm_head.weight") != NULL;
-	if (c->arch == ARCH_GEMMA || c->arch == ARCH_GEMMA2)
-		c->tied = 1; /* mlx-lm: always the embedding */
-	else if (c->tied == -1)
-		c->tied = !has_head;
-	else if (!c->tied && !has_head) {
-		snprintf(err, errlen, "tensor lm_head.weight: missing although config.json says tie_word_embeddings false");
-		goto fail;
-	}
-	if (c->tied)
-		m->lm_head = m->embed;
-	else if (bind_matrix(m, &qc, "lm_head", c->vocab, H, &m->lm_head, err, errlen))
-		goto fail;
-	if (bind_vec(m, "model.norm.weight", H, &m->final_norm, err, errlen))
-		goto fail;
-	m->layers = calloc((size_t)c->n_layers, sizeof(layer_weights));
-	if (!m->layers) {
-		snprintf(err, errlen, "out of memory");
-		goto fail;
-	}
-	for (int i = 0; i < c->n_layers; i++) {
-		layer_weights *L = &m->layers[i];
-		char p[256], n[300];
-#define MAT(field, sub, rows, cols) \
-	(snprintf(p, sizeof(p), "model.layers.%d.%s", i, sub), bind_matrix(m, &qc, p, rows, cols, &L->field, err, errlen))
-#define VEC(field, sub, len) \
-	(snprintf(n, sizeof(n), "model.layers.%d.%s", i, sub), bind_vec(m, n, len, &L->field, err, errlen))
-		if (c->fused_qkv) {
-			if (MAT(q, "self_attn.qkv_proj", qd + 2 * kvd, H) || MAT(gate, "mlp.gate_up_proj", 2 * c->inter, H))
-				goto fail;
-		} else {
-			if (MAT(q, "self_attn.q_proj", qd, H) || MAT(k, "self_attn.k_proj", kvd, H) ||
-			    MAT(v, "self_attn.v_proj", kvd, H) || MAT(gate, "mlp.gate_proj", c->inter, H) ||
-			    MAT(up, "mlp.up_proj", c->inter, H))
-				goto fail;
-		}
-		if (MAT(o, "self_attn.o_proj", H, qd) || MAT(down, "mlp.down_proj", H, c->inter))
-			goto fail;
-		if (c->qkv_bias && (VEC(q_bias, "self_attn.q_proj.bias", qd) || VEC(k_bias, "self_attn.k_proj.bias", kvd) ||
-				    VEC(v_bias, "self_attn.v_proj.bias", kvd)))
-			goto fail;
-		if (c->o_bias && VEC(o_bias, "self_attn.o_proj.bias", H))
-			goto fail;
-		if (VEC(attn_norm, "input_layernorm.weight", H))
-			goto fail;
-		if (c->sandwich) {
-			if (VEC(post_attn_norm, "post_attention_layernorm.weight", H) ||
-			    VEC(ffn_norm, "pre_feedforward_layernorm.weight", H) ||
-			    VEC(post_ffn_norm, "post_feedforward_layernorm.weight", H))
-				goto fail;
-		} else if (VEC(ffn_norm, "post_attention_layernorm.weight", H)) {
-			goto fail;
-		}
-		if (c->qk_norm && (VEC(q_norm, "self_attn.q_norm.weight", hd) || VEC(k_norm, "self_attn.k_norm.weight", hd)))
-			goto fail;
-#undef MAT
-#undef VEC
-		m->decode_bytes += matrix_bytes(&L->q) + matrix_bytes(&L->k) + matrix_bytes(&L->v) +
-				   matrix_bytes(&L->o) + matrix_bytes(&L->gate) + matrix_bytes(&L->up) +
-				   matrix_bytes(&L->down);
-	}
-	m->decode_bytes += matrix_bytes(&m->lm_head) + (uint64_t)H * 4; /* + one embedding row, roughly */
-	m->weight_bytes = m->st.total_bytes;
 	json_free(&doc);
 	free(cj);
 	return 0;
@@ -306,6 +317,21 @@ fail:
 	free(cj);
 	model_free(m);
 	return -1;
+}
+
+int model_from_parts(model *m, model_config *cfg, st_set *st, char *err, size_t errlen)
+{
+	memset(m, 0, sizeof(*m));
+	m->cfg = *cfg;
+	m->st = *st;
+	memset(cfg, 0, sizeof(*cfg));
+	memset(st, 0, sizeof(*st));
+	qcfg qc = { NULL, 1 };
+	if (model_bind(m, &qc, err, errlen)) {
+		model_free(m);
+		return -1;
+	}
+	return 0;
 }
 
 void model_free(model *m)

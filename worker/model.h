@@ -92,6 +92,15 @@ void model_free(model *m);
 /* Parses config.json bytes into cfg (no tensors). */
 int model_config_parse(model_config *cfg, const char *json, size_t len, char *err, size_t errlen);
 void model_config_free(model_config *cfg);
+/* Wire form (broker -> worker); unpack re-checks every bound. */
+#include "common/ipc.h"
+void model_config_pack(const model_config *cfg, ipc_blob *b);
+int model_config_unpack(model_config *cfg, ipc_rd *rd, char *err, size_t errlen);
+/* Builds a model from a configuration and a tensor set that the broker
+ * validated (both taken over, freed by model_free): binds every tensor,
+ * re-checking shapes, but not against config.json (which the worker never
+ * sees). */
+int model_from_parts(model *m, model_config *cfg, st_set *st, char *err, size_t errlen);
 const char *model_arch_name(model_arch a);
 
 /* The KV cache and scratch of one sequence. */

@@ -2,6 +2,7 @@
  * ModelArgs defaults for each architecture (mlx_lm/models/<arch>.py) and its
  * RoPE variants (mlx_lm/models/rope_utils.py). */
 #include "worker/model.h"
+#include "common/ipc.h"
 #include "common/json.h"
 
 #include <math.h>
@@ -312,5 +313,88 @@ int model_config_parse(model_config *c, const char *json, size_t len, char *err,
 fail:
 	json_free(&doc);
 	model_config_free(c);
+	return -1;
+}
+
+/* ---- wire form: the broker sends the validated configuration, so the
+ * worker never parses config.json. Unpack re-checks every range. ---- */
+
+void model_config_pack(const model_config *c, ipc_blob *b)
+{
+	int32_t ints[] = { c->arch, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->inter,
+			   c->vocab, c->max_pos, c->qkv_bias, c->o_bias, c->qk_norm, c->norm_add_one, c->sandwich,
+			   c->act, c->fused_qkv, c->window, c->rot_dim, c->bos_id, c->n_eos, c->tied };
+	ipc_blob_bytes(b, c->model_type, strnlen(c->model_type, sizeof(c->model_type) - 1));
+	ipc_blob_u32(b, (uint32_t)(sizeof(ints) / sizeof(ints[0])));
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		ipc_blob_u32(b, (uint32_t)ints[i]);
+	double fl[] = { c->eps, c->embed_scale, c->attn_scale, c->attn_softcap, c->final_softcap, c->rope_mscale };
+	for (size_t i = 0; i < sizeof(fl) / sizeof(fl[0]); i++)
+		ipc_blob_f64(b, fl[i]);
+	for (int i = 0; i < c->rot_dim / 2; i++)
+		ipc_blob_f64(b, c->inv_freq[i]);
+	for (int i = 0; i < c->rot_dim / 2; i++)
+		ipc_blob_f64(b, c->inv_freq_local[i]);
+	for (int i = 0; i < c->n_layers; i++)
+		ipc_blob_u32(b, c->sliding[i]);
+	for (int i = 0; i < c->n_eos; i++)
+		ipc_blob_u32(b, (uint32_t)c->eos_ids[i]);
+}
+
+int model_config_unpack(model_config *c, ipc_rd *rd, char *err, size_t errlen)
+{
+	memset(c, 0, sizeof(*c));
+	size_t l;
+	const uint8_t *mt = ipc_get_bytes(rd, sizeof(c->model_type) - 1, &l);
+	uint32_t nint = ipc_get_u32(rd);
+	int32_t v[21];
+	if (!mt || nint != 21)
+		goto bad;
+	memcpy(c->model_type, mt, l);
+	for (int i = 0; i < 21; i++)
+		v[i] = (int32_t)ipc_get_u32(rd);
+	c->arch = (model_arch)v[0];
+	c->hidden = v[1]; c->n_layers = v[2]; c->n_heads = v[3]; c->n_kv_heads = v[4]; c->head_dim = v[5];
+	c->inter = v[6]; c->vocab = v[7]; c->max_pos = v[8]; c->qkv_bias = v[9]; c->o_bias = v[10];
+	c->qk_norm = v[11]; c->norm_add_one = v[12]; c->sandwich = v[13]; c->act = v[14]; c->fused_qkv = v[15];
+	c->window = v[16]; c->rot_dim = v[17]; c->bos_id = v[18]; c->n_eos = v[19]; c->tied = v[20];
+	/* The same bounds model_config_parse enforces. */
+	if (v[0] < 0 || v[0] >= ARCH_COUNT || c->hidden < 1 || c->hidden > 65536 || c->n_layers < 1 ||
+	    c->n_layers > MODEL_MAX_LAYERS || c->n_heads < 1 || c->n_heads > 1024 || c->n_kv_heads < 1 ||
+	    c->n_kv_heads > 1024 || c->n_heads % c->n_kv_heads || c->head_dim < 2 || c->head_dim > 1024 ||
+	    c->head_dim % 2 || c->inter < 1 || c->inter > (1 << 20) || c->vocab < 1 || c->vocab > (1 << 22) ||
+	    c->max_pos < 1 || c->act < 0 || c->act > 2 || c->window < 0 || c->rot_dim < 2 || c->rot_dim > c->head_dim ||
+	    c->rot_dim % 2 || c->bos_id < -1 || c->bos_id >= c->vocab || c->n_eos < 0 || c->n_eos > MODEL_MAX_EOS ||
+	    (c->tied != 0 && c->tied != 1))
+		goto bad;
+	double fl[6];
+	for (int i = 0; i < 6; i++) {
+		fl[i] = ipc_get_f64(rd);
+		if (!(fl[i] >= 0 && fl[i] < 1e12))
+			goto bad;
+	}
+	c->eps = (float)fl[0]; c->embed_scale = (float)fl[1]; c->attn_scale = (float)fl[2];
+	c->attn_softcap = (float)fl[3]; c->final_softcap = (float)fl[4]; c->rope_mscale = (float)fl[5];
+	c->inv_freq = malloc(sizeof(float) * (size_t)(c->rot_dim / 2));
+	c->inv_freq_local = malloc(sizeof(float) * (size_t)(c->rot_dim / 2));
+	if (!c->inv_freq || !c->inv_freq_local)
+		goto bad;
+	for (int i = 0; i < c->rot_dim / 2; i++)
+		c->inv_freq[i] = (float)ipc_get_f64(rd);
+	for (int i = 0; i < c->rot_dim / 2; i++)
+		c->inv_freq_local[i] = (float)ipc_get_f64(rd);
+	for (int i = 0; i < c->n_layers; i++)
+		c->sliding[i] = ipc_get_u32(rd) != 0;
+	for (int i = 0; i < c->n_eos; i++) {
+		c->eos_ids[i] = (int)ipc_get_u32(rd);
+		if (c->eos_ids[i] < 0 || c->eos_ids[i] >= c->vocab)
+			goto bad;
+	}
+	if (rd->bad)
+		goto bad;
+	return 0;
+bad:
+	model_config_free(c);
+	snprintf(err, errlen, "model configuration from the broker is malformed");
 	return -1;
 }

@@ -1,6 +1,7 @@
 /* worker/session.c — see session.h. */
 #include "worker/session.h"
 #include "common/json.h"
+#include "common/modelfiles.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,27 +13,6 @@ double session_now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static char *slurp(const char *dir, const char *name, size_t cap, size_t *len, int *too_big)
-{
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	*too_big = 0;
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	char *b = malloc(cap + 1);
-	size_t n = b ? fread(b, 1, cap + 1, f) : 0;
-	fclose(f);
-	if (!b || n > cap) {
-		*too_big = b != NULL;
-		free(b);
-		return NULL;
-	}
-	b[n] = 0;
-	*len = n;
-	return b;
 }
 
 static void add_stop_id(session *s, int id)
@@ -66,43 +46,35 @@ static uint64_t mem_available(void)
 	return (uint64_t)kb * 1024;
 }
 
-int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
+/* Parses a JSON file's bytes, for the few fields read here. */
+static int parse_opt(const mf_buf *b, json_doc *d)
 {
-	size_t len;
-	int big;
-	char *buf = NULL;
-	memset(s, 0, sizeof(*s));
+	char jerr[128];
+	return b->p && json_parse(b->p, b->n, d, jerr, sizeof(jerr)) == 0 ? 0 : -1;
+}
+
+int session_init(session *s, const mf_files *f, int ctx, char *err, size_t errlen)
+{
+	const model_config *c = &s->m.cfg;
+	char terr[400];
 	if (kpool_threads() <= 1)
 		kpool_init(0); /* all online CPUs, or MLXR_THREADS */
-	if (model_load(&s->m, dir, err, errlen))
-		return -1;
-	const model_config *c = &s->m.cfg;
-	/* tokenizer.json <= 256 MB: the largest real ones are ~35 MB. */
-	buf = slurp(dir, "tokenizer.json", 256u << 20, &len, &big);
-	if (!buf) {
-		snprintf(err, errlen, "tokenizer.json: %s", big ? "larger than 256 MB" : "missing or unreadable");
+	if (!f->tokenizer.p || tok_load(&s->tok, f->tokenizer.p, f->tokenizer.n, terr, sizeof(terr))) {
+		snprintf(err, errlen, "tokenizer.json: %s", f->tokenizer.p ? terr : "missing");
 		goto fail;
 	}
-	char terr[400];
-	if (tok_load(&s->tok, buf, len, terr, sizeof(terr))) {
-		snprintf(err, errlen, "tokenizer.json: %s", terr);
-		goto fail;
-	}
-	free(buf);
-	buf = NULL;
 	if (tok_vocab_size(s->tok) > c->vocab) {
 		snprintf(err, errlen, "tokenizer.json: %d token ids but the embedding table has %d rows",
 			 tok_vocab_size(s->tok), c->vocab);
 		goto fail;
 	}
 	/* Chat template and BOS policy. */
-	buf = slurp(dir, "tokenizer_config.json", CHAT_CONFIG_MAX, &len, &big);
 	int r = CHAT_ERR_NO_TEMPLATE;
 	memset(&s->chat, 0, sizeof(s->chat));
 	s->chat.format = CHAT_FMT_COUNT;
-	if (buf) {
+	if (f->tok_config.p) {
 		char cerr[256] = "";
-		r = chat_config_load(&s->chat, buf, len, cerr, sizeof(cerr));
+		r = chat_config_load(&s->chat, f->tok_config.p, f->tok_config.n, cerr, sizeof(cerr));
 		if (r == CHAT_ERR_INVALID) {
 			snprintf(err, errlen, "tokenizer_config.json: %s", cerr);
 			goto fail;
@@ -110,24 +82,19 @@ int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
 		if (r == CHAT_ERR_UNKNOWN)
 			snprintf(s->chat_note, sizeof(s->chat_note), "%s", cerr);
 		json_doc d;
-		if (json_parse(buf, len, &d, cerr, sizeof(cerr)) == 0) {
+		if (parse_opt(&f->tok_config, &d) == 0) {
 			int b;
 			if (json_get_bool(d.root, "add_bos_token", &b) == 0)
 				s->add_bos = b;
 			json_free(&d);
 		}
-		free(buf);
-		buf = NULL;
 	}
 	if (r == CHAT_ERR_NO_TEMPLATE) {
-		buf = slurp(dir, "chat_template.jinja", CHAT_TEMPLATE_MAX, &len, &big);
-		if (buf) {
+		if (f->chat_template.p) {
 			char cerr[256] = "";
-			r = chat_config_set_template(&s->chat, buf, len, cerr, sizeof(cerr));
+			r = chat_config_set_template(&s->chat, f->chat_template.p, f->chat_template.n, cerr, sizeof(cerr));
 			if (r)
 				snprintf(s->chat_note, sizeof(s->chat_note), "%s", cerr);
-			free(buf);
-			buf = NULL;
 		} else {
 			snprintf(s->chat_note, sizeof(s->chat_note), "the model has no chat template");
 		}
@@ -139,21 +106,15 @@ int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
 	 * text, and the end-of-turn token of the chat family. */
 	for (int i = 0; i < c->n_eos; i++)
 		add_stop_id(s, c->eos_ids[i]);
-	buf = slurp(dir, "generation_config.json", 1u << 20, &len, &big);
-	if (buf) {
-		json_doc d;
-		char jerr[128];
-		if (json_parse(buf, len, &d, jerr, sizeof(jerr)) == 0) {
-			const json_value *e = json_get(d.root, "eos_token_id");
-			if (e && e->type == JSON_NUMBER && e->is_int)
-				add_stop_id(s, (int)e->i);
-			for (uint32_t i = 0; e && e->type == JSON_ARRAY && i < e->n; i++)
-				if (e->items[i].type == JSON_NUMBER && e->items[i].is_int)
-					add_stop_id(s, (int)e->items[i].i);
-			json_free(&d);
-		}
-		free(buf);
-		buf = NULL;
+	json_doc d;
+	if (parse_opt(&f->gen_config, &d) == 0) {
+		const json_value *e = json_get(d.root, "eos_token_id");
+		if (e && e->type == JSON_NUMBER && e->is_int)
+			add_stop_id(s, (int)e->i);
+		for (uint32_t i = 0; e && e->type == JSON_ARRAY && i < e->n; i++)
+			if (e->items[i].type == JSON_NUMBER && e->items[i].is_int)
+				add_stop_id(s, (int)e->items[i].i);
+		json_free(&d);
 	}
 	add_stop_piece(s, s->chat.eos);
 	static const char *turn_ends[] = { "<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>" };
@@ -188,9 +149,23 @@ int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
 	}
 	return 0;
 fail:
-	free(buf);
 	session_close(s);
 	return -1;
+}
+
+int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
+{
+	mf_files f;
+	memset(s, 0, sizeof(*s));
+	if (mf_read(dir, &f, err, errlen))
+		return -1;
+	if (model_load(&s->m, dir, err, errlen)) {
+		mf_free(&f);
+		return -1;
+	}
+	int r = session_init(s, &f, ctx, err, errlen);
+	mf_free(&f);
+	return r;
 }
 
 void session_close(session *s)
@@ -398,7 +373,7 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 			stats->stop_reason = 2;
 			break;
 		}
-		if (p->cancel && *p->cancel) {
+		if ((p->cancel && *p->cancel) || (p->check && p->check(arg))) {
 			stats->stop_reason = 4;
 			break;
 		}

@@ -43,6 +43,8 @@ typedef struct {
 	volatile sig_atomic_t *cancel;    /* generation stops when *cancel != 0 */
 	/* Called after each prefill batch (may be NULL); nonzero cancels. */
 	int (*progress)(void *arg, size_t done, size_t total);
+	/* Called once per decode step (may be NULL); nonzero cancels. */
+	int (*check)(void *arg);
 } gen_params;
 
 typedef struct {
@@ -56,7 +58,13 @@ typedef struct {
 /* Returns nonzero to stop generation. */
 typedef int (*session_emit)(void *arg, const char *text, size_t len);
 
+/* Loads a model directory (model_load + the small files) in-process. */
 int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen);
+/* Finishes a session whose s->m is already built (the worker builds it from
+ * the broker's validated parts): tokenizer, chat template, stop ids, KV
+ * cache. On error the whole session is closed. */
+#include "common/modelfiles.h"
+int session_init(session *s, const mf_files *f, int ctx, char *err, size_t errlen);
 void session_close(session *s);
 
 /* Plain text to ids (BOS added when the tokenizer config asks for it). */

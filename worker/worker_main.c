@@ -1,15 +1,64 @@
-/* worker/worker_main.c — mlxr-worker: runs models for the broker. It is
- * started by `mlxr` (fork + exec, one end of a socketpair on fd 3), locks
- * itself down before reading a byte from it, then serves requests. */
+/* worker/worker_main.c — mlxr-worker: runs models for the broker.
+ *
+ * Started by `mlxr` (fork + exec of this sibling binary) with one end of a
+ * socketpair(AF_UNIX, SOCK_SEQPACKET) on fd 3. Before it reads a byte from
+ * that socket it applies its sandbox (policy/policy.h: namespaces, identity,
+ * no_new_privs, rlimits, Landlock, seccomp, in that order); then it serves
+ * requests (worker/serve.c) until the broker hangs up.
+ *
+ *   mlxr-worker [--role worker|importer] [--no-sandbox]
+ *   mlxr-worker --self-test ...   (policy proofs, tests/py/test_sandbox.py)
+ *   mlxr-worker --probe           (what `mlxr doctor` reports)
+ *   mlxr-worker --ipc-fault       (test only: a malformed message on purpose)
+ */
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/ipc.h"
+#include "policy/policy.h"
+#include "worker/serve.h"
+
+#define IPC_FD 3
 
 int main(int argc, char **argv)
 {
-	(void)argv;
-	if (argc >= 1) {
-		fprintf(stderr, "mlxr-worker: started by mlxr, not by hand\n");
+	policy_role role = POLICY_WORKER;
+	int fault = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--role") && i + 1 < argc && !strcmp(argv[i + 1], "importer"))
+			role = POLICY_IMPORTER;
+		if (!strcmp(argv[i], "--ipc-fault"))
+			fault = 1;
+	}
+	if (argc >= 2 && !strcmp(argv[1], "--self-test"))
+		return policy_selftest(role, argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "--probe"))
+		return policy_probe(role, argc, argv);
+	int type = 0;
+	socklen_t tl = sizeof(type);
+	if (getsockopt(IPC_FD, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_SEQPACKET) {
+		fprintf(stderr, "mlxr-worker: started by mlxr, not by hand (fd 3 is not its socket)\n");
 		return 2;
 	}
-	return 0;
+	policy_opts po;
+	policy_report rep;
+	char err[256];
+	memset(&po, 0, sizeof(po));
+	policy_opts_from_args(&po, argc, argv);
+	if (policy_apply(role, &po, &rep, err, sizeof(err))) {
+		fprintf(stderr, "mlxr-worker: sandbox: %s\n", err);
+		return 1;
+	}
+	if (fault) {
+		/* A header that claims more payload than the packet holds. */
+		uint8_t bad[IPC_HDR] = { IPC_EVENT, 0, 0, 0, 0xff, 0xff, 0, 0 };
+		if (send(IPC_FD, bad, sizeof(bad), 0) < 0)
+			return 1;
+		char c;
+		while (recv(IPC_FD, &c, 1, 0) > 0)
+			; /* wait for the broker to end us */
+	}
+	return worker_serve(IPC_FD, role == POLICY_IMPORTER);
 }

@@ -1,0 +1,34 @@
+/* common/modelfiles.h — the small files of a model directory besides the
+ * weights and config.json: tokenizer.json, tokenizer_config.json,
+ * generation_config.json, chat_template.jinja. The broker reads them
+ * (bounded), seals them into the manifest it hands the worker, and
+ * validates them after sealing; the worker reads them from there. */
+#ifndef MLXR_MODELFILES_H
+#define MLXR_MODELFILES_H
+
+#include <stddef.h>
+
+/* Limits (reasons): tokenizer.json <= 256 MB (the largest real ones are
+ * ~35 MB); tokenizer_config.json <= 32 MB (Gemma 3's is 1.2 MB);
+ * generation_config.json <= 1 MB; chat_template.jinja <= 256 KB (official
+ * templates are < 20 KB). */
+#define MF_TOKENIZER_MAX ((size_t)256 << 20)
+#define MF_TOKCONFIG_MAX ((size_t)32 << 20)
+#define MF_GENCONFIG_MAX ((size_t)1 << 20)
+#define MF_TEMPLATE_MAX ((size_t)256 << 10)
+
+typedef struct {
+	const char *p; /* NULL when the file is absent */
+	size_t n;
+} mf_buf;
+
+typedef struct {
+	mf_buf tokenizer, tok_config, gen_config, chat_template;
+	char *owned[4]; /* what mf_read allocated */
+} mf_files;
+
+/* Reads the files of dir. tokenizer.json is required. 0, or -1 with err. */
+int mf_read(const char *dir, mf_files *f, char *err, size_t errlen);
+void mf_free(mf_files *f);
+
+#endif

@@ -1,0 +1,12 @@
+/* worker/serve.h — the worker's side of the IPC protocol (common/ipc.h):
+ * after its sandbox is in place, mlxr-worker serves the broker's requests
+ * on one socket until the broker hangs up. Every message from the broker
+ * is still checked (types, counts, seals, sizes). */
+#ifndef MLXR_SERVE_H
+#define MLXR_SERVE_H
+
+/* Serves until EOF (returns 0) or a protocol error (returns 1, after
+ * writing the reason to stderr). importer: only IPC_IMPORT is served. */
+int worker_serve(int sock, int importer);
+
+#endif
