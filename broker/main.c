@@ -22,6 +22,7 @@ static const struct verb verbs[] = {
 	{ "eval", cmd_eval, "eval MODEL --ids \"1 2 3\" [--logits F] [--decode] [--generate N]   (developer) raw ids through the engine" },
 	{ "tokenize", cmd_tokenize, "tokenize MODEL TEXT [--ids] [--special] [--file F] [--decode \"1 2\"]   (developer) run the tokenizer" },
 	{ "chat-render", cmd_chat_render, "chat-render TOKENIZER_CONFIG.json MESSAGES.json [--continue] [--no-think] [--mask]   (developer) print a rendered chat prompt" },
+	{ "doctor", cmd_doctor, "doctor                       which sandbox layers this kernel gives each role" },
 };
 
 static void usage(FILE *f)
