@@ -1,0 +1,173 @@
+/* worker/forward.c — the KV cache / scratch state and the forward pass.
+ * Kept apart from model.c (loading and validation, which the broker links)
+ * so that the broker links no kernel. The forward pass reads top to bottom
+ * (llama2.c style); each architecture difference is a flag in
+ * model_config. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/model.h"
+
+/* ---- state ---- */
+
+int model_state_init(model_state *s, const model *m, int ctx, int max_batch)
+{
+	const model_config *c = &m->cfg;
+	memset(s, 0, sizeof(*s));
+	if (ctx < 1 || max_batch < 1)
+		return -1;
+	s->ctx = ctx;
+	s->max_batch = max_batch;
+	size_t kv = (size_t)c->n_layers * (size_t)ctx * (size_t)c->n_kv_heads * (size_t)c->head_dim;
+	size_t B = (size_t)max_batch, H = (size_t)c->hidden;
+	size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+	size_t wide = H > qd ? H : qd;
+	s->k = malloc(kv * sizeof(float));
+	s->v = malloc(kv * sizeof(float));
+	s->x = malloc(B * H * sizeof(float));
+	s->xb = malloc(B * H * sizeof(float));
+	s->q = malloc(B * qd * sizeof(float));
+	s->kk = malloc(B * kvd * sizeof(float));
+	s->vv = malloc(B * kvd * sizeof(float));
+	s->att = malloc(B * qd * sizeof(float));
+	s->tmp = malloc(B * wide * sizeof(float));
+	s->gate = malloc(B * (size_t)c->inter * sizeof(float));
+	s->up = malloc(B * (size_t)c->inter * sizeof(float));
+	s->fused = c->fused_qkv ? malloc(B * (qd + 2 * kvd > 2 * (size_t)c->inter ? qd + 2 * kvd : 2 * (size_t)c->inter) * sizeof(float)) : NULL;
+	s->scores = malloc(B * (size_t)ctx * sizeof(float));
+	s->logits = malloc(B * (size_t)c->vocab * sizeof(float));
+	if (!s->k || !s->v || !s->x || !s->xb || !s->q || !s->kk || !s->vv || !s->att || !s->tmp || !s->gate ||
+	    !s->up || (c->fused_qkv && !s->fused) || !s->scores || !s->logits) {
+		model_state_free(s);
+		return -1;
+	}
+	return 0;
+}
+
+void model_state_free(model_state *s)
+{
+	free(s->k); free(s->v); free(s->x); free(s->xb); free(s->q); free(s->kk); free(s->vv);
+	free(s->att); free(s->tmp); free(s->gate); free(s->up); free(s->fused); free(s->scores); free(s->logits);
+	memset(s, 0, sizeof(*s));
+}
+
+/* ---- forward ---- */
+
+/* y[n][rows] = x[n][cols] W^T + bias: matvec for one token, GEMM for many. */
+static void linear(const kernel_table *K, const kq_matrix *w, const float *x, int n, const float *bias, float *y)
+{
+	if (n == 1)
+		K->matvec(w, x, bias, y);
+	else
+		K->matmul(w, x, n, bias, y);
+}
+
+static void softcap(float *x, size_t n, float cap)
+{
+	for (size_t i = 0; i < n; i++)
+		x[i] = cap * tanhf(x[i] / cap);
+}
+
+int model_forward(const model *m, model_state *s, const int *tokens, int n, int all_logits)
+{
+	static const kernel_table *K;
+	if (!K)
+		K = kernels_best();
+	const model_config *c = &m->cfg;
+	const int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+	const int qd = nh * hd, kvd = nkv * hd, I = c->inter;
+	const int pos0 = s->pos;
+	if (n < 1 || n > s->max_batch || pos0 + n > s->ctx)
+		return -1;
+	for (int t = 0; t < n; t++) {
+		if (tokens[t] < 0 || tokens[t] >= c->vocab)
+			return -1;
+		K->embed(&m->embed, tokens[t], s->x + (size_t)t * H);
+		if (c->embed_scale != 1.0f)
+			for (int i = 0; i < H; i++)
+				s->x[(size_t)t * H + i] *= c->embed_scale;
+	}
+	for (int l = 0; l < c->n_layers; l++) {
+		const layer_weights *L = &m->layers[l];
+		float *kc = s->k + (size_t)l * s->ctx * kvd, *vc = s->v + (size_t)l * s->ctx * kvd;
+		const float *inv_freq = c->sliding[l] ? c->inv_freq_local : c->inv_freq;
+		/* attention block */
+		for (int t = 0; t < n; t++)
+			K->rmsnorm(s->x + (size_t)t * H, L->attn_norm, H, c->eps, c->norm_add_one, s->xb + (size_t)t * H);
+		if (c->fused_qkv) {
+			linear(K, &L->q, s->xb, n, NULL, s->fused);
+			for (int t = 0; t < n; t++) {
+				const float *f = s->fused + (size_t)t * (qd + 2 * kvd);
+				memcpy(s->q + (size_t)t * qd, f, sizeof(float) * qd);
+				memcpy(s->kk + (size_t)t * kvd, f + qd, sizeof(float) * kvd);
+				memcpy(s->vv + (size_t)t * kvd, f + qd + kvd, sizeof(float) * kvd);
+			}
+		} else {
+			linear(K, &L->q, s->xb, n, L->q_bias, s->q);
+			linear(K, &L->k, s->xb, n, L->k_bias, s->kk);
+			linear(K, &L->v, s->xb, n, L->v_bias, s->vv);
+		}
+		for (int t = 0; t < n; t++) {
+			float *q = s->q + (size_t)t * qd, *k = s->kk + (size_t)t * kvd;
+			if (c->qk_norm) {
+				for (int h = 0; h < nh; h++)
+					K->rmsnorm(q + h * hd, L->q_norm, hd, c->eps, c->norm_add_one, q + h * hd);
+				for (int h = 0; h < nkv; h++)
+					K->rmsnorm(k + h * hd, L->k_norm, hd, c->eps, c->norm_add_one, k + h * hd);
+			}
+			K->rope(q, nh, hd, c->rot_dim, pos0 + t, inv_freq, c->rope_mscale);
+			K->rope(k, nkv, hd, c->rot_dim, pos0 + t, inv_freq, c->rope_mscale);
+			memcpy(kc + (size_t)(pos0 + t) * kvd, k, sizeof(float) * kvd);
+			memcpy(vc + (size_t)(pos0 + t) * kvd, s->vv + (size_t)t * kvd, sizeof(float) * kvd);
+		}
+		K->attention(s->q, kc, vc, s->att, n, pos0, nh, nkv, hd, c->attn_scale,
+			     c->sliding[l] ? c->window : 0, c->attn_softcap, s->scores);
+		linear(K, &L->o, s->att, n, L->o_bias, s->tmp);
+		for (int t = 0; t < n; t++) {
+			float *x = s->x + (size_t)t * H, *r = s->tmp + (size_t)t * H;
+			if (c->sandwich)
+				K->rmsnorm(r, L->post_attn_norm, H, c->eps, c->norm_add_one, r);
+			for (int i = 0; i < H; i++)
+				x[i] += r[i];
+			K->rmsnorm(x, L->ffn_norm, H, c->eps, c->norm_add_one, s->xb + (size_t)t * H);
+		}
+		/* feed-forward block */
+		if (c->fused_qkv) {
+			linear(K, &L->gate, s->xb, n, NULL, s->fused);
+			for (int t = 0; t < n; t++) {
+				memcpy(s->gate + (size_t)t * I, s->fused + (size_t)t * 2 * I, sizeof(float) * I);
+				memcpy(s->up + (size_t)t * I, s->fused + (size_t)t * 2 * I + I, sizeof(float) * I);
+			}
+		} else {
+			linear(K, &L->gate, s->xb, n, NULL, s->gate);
+			linear(K, &L->up, s->xb, n, NULL, s->up);
+		}
+		if (c->act == 2) { /* exact GELU (gemma): not a hot path for real models */
+			for (size_t i = 0; i < (size_t)n * I; i++) {
+				float g = s->gate[i];
+				s->gate[i] = 0.5f * g * (1.0f + erff(g / sqrtf(2.0f))) * s->up[i];
+			}
+		} else {
+			K->glu(s->gate, s->up, n * I, c->act);
+		}
+		linear(K, &L->down, s->gate, n, NULL, s->tmp);
+		for (int t = 0; t < n; t++) {
+			float *x = s->x + (size_t)t * H, *r = s->tmp + (size_t)t * H;
+			if (c->sandwich)
+				K->rmsnorm(r, L->post_ffn_norm, H, c->eps, c->norm_add_one, r);
+			for (int i = 0; i < H; i++)
+				x[i] += r[i];
+		}
+	}
+	int first = all_logits ? 0 : n - 1, nout = n - first;
+	for (int t = first; t < n; t++)
+		K->rmsnorm(s->x + (size_t)t * H, m->final_norm, H, c->eps, c->norm_add_one, s->xb + (size_t)(t - first) * H);
+	linear(K, &m->lm_head, s->xb, nout, NULL, s->logits);
+	if (c->final_softcap > 0)
+		softcap(s->logits, (size_t)nout * c->vocab, c->final_softcap);
+	s->pos += n;
+	s->prefilled += (uint64_t)n;
+	return 0;
+}
