@@ -95,7 +95,17 @@ static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *
 		snprintf(err, errlen, "socketpair: %s", strerror(errno));
 		return -1;
 	}
-	char *argv[] = { "mlxr-worker", "--role", (char *)role, no_sandbox ? "--no-sandbox" : NULL, NULL };
+	/* MLXR_WORKER_FAULT_AFTER=N (tests): the worker answers request N+1
+	 * with a malformed packet, proving the broker survives it. */
+	const char *fault = getenv("MLXR_WORKER_FAULT_AFTER");
+	char *argv[6] = { "mlxr-worker", "--role", (char *)role, NULL, NULL, NULL };
+	int ac = 3;
+	if (no_sandbox)
+		argv[ac++] = "--no-sandbox";
+	if (fault && *fault) {
+		argv[ac++] = "--ipc-fault-after";
+		argv[ac++] = (char *)fault;
+	}
 	pid_t p = fork();
 	if (p < 0) {
 		close(sv[0]);

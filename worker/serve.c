@@ -454,8 +454,11 @@ static int do_import(server *sv, ipc_msg *m)
 	return rc;
 }
 
+int worker_fault_after = -1;
+
 int worker_serve(int sock, int importer)
 {
+	int served = 0;
 	static server sv;
 	static ipc_msg m, pm;
 	char err[256];
@@ -472,6 +475,14 @@ int worker_serve(int sock, int importer)
 		}
 		sv.id = m.id;
 		int bad;
+		if (m.type != IPC_LOAD && m.type != IPC_CANCEL && worker_fault_after >= 0 && served++ >= worker_fault_after) {
+			/* A header that claims more payload than the packet holds. */
+			uint8_t hdr[IPC_HDR] = { IPC_EVENT, 0, 0, 0, 0xff, 0xff, 0, 0 };
+			ipc_close_fds(&m);
+			if (send(sock, hdr, sizeof(hdr), 0) < 0)
+				return 1;
+			continue;
+		}
 		if (importer)
 			bad = m.type == IPC_IMPORT ? do_import(&sv, &m) : -1;
 		else if (m.type == IPC_LOAD)

@@ -8,5 +8,9 @@
 /* Serves until EOF (returns 0) or a protocol error (returns 1, after
  * writing the reason to stderr). importer: only IPC_IMPORT is served. */
 int worker_serve(int sock, int importer);
+/* Test only (--ipc-fault-after N): after N requests, answer the next one
+ * with a malformed packet, to prove the broker ends such a worker and
+ * keeps serving. -1: never. */
+extern int worker_fault_after;
 
 #endif

@@ -9,9 +9,10 @@
  *   mlxr-worker [--role worker|importer] [--no-sandbox]
  *   mlxr-worker --self-test ...   (policy proofs, tests/py/test_sandbox.py)
  *   mlxr-worker --probe           (what `mlxr doctor` reports)
- *   mlxr-worker --ipc-fault       (test only: a malformed message on purpose)
+ *   mlxr-worker --ipc-fault-after N  (test only: a malformed answer to request N+1)
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -25,12 +26,11 @@
 int main(int argc, char **argv)
 {
 	policy_role role = POLICY_WORKER;
-	int fault = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--role") && i + 1 < argc && !strcmp(argv[i + 1], "importer"))
 			role = POLICY_IMPORTER;
-		if (!strcmp(argv[i], "--ipc-fault"))
-			fault = 1;
+		if (!strcmp(argv[i], "--ipc-fault-after") && i + 1 < argc)
+			worker_fault_after = atoi(argv[i + 1]);
 	}
 	if (argc >= 2 && !strcmp(argv[1], "--self-test"))
 		return policy_selftest(role, argc, argv);
@@ -50,15 +50,6 @@ int main(int argc, char **argv)
 	if (policy_apply(role, &po, &rep, err, sizeof(err))) {
 		fprintf(stderr, "mlxr-worker: sandbox: %s\n", err);
 		return 1;
-	}
-	if (fault) {
-		/* A header that claims more payload than the packet holds. */
-		uint8_t bad[IPC_HDR] = { IPC_EVENT, 0, 0, 0, 0xff, 0xff, 0, 0 };
-		if (send(IPC_FD, bad, sizeof(bad), 0) < 0)
-			return 1;
-		char c;
-		while (recv(IPC_FD, &c, 1, 0) > 0)
-			; /* wait for the broker to end us */
 	}
 	return worker_serve(IPC_FD, role == POLICY_IMPORTER);
 }
