@@ -8,7 +8,7 @@ CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g -pthread \
 	-Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes $(WERROR) \
 	-I. $(EXTRA_CFLAGS)
 CFLAGS  = $(OPT) $(CFLAGS_COMMON)
-LDLIBS  = -ledit -lm -pthread $(EXTRA_LDLIBS)
+LDLIBS  = -ledit -lsodium -lm -pthread $(EXTRA_LDLIBS)
 
 # Per-ISA kernel files are compiled with their ISA flags; everything else is
 # portable. Runtime dispatch (kernels_best) picks among them.

@@ -13,6 +13,7 @@ int cmd_rm(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_chat_render(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 
 #endif
