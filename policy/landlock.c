@@ -106,10 +106,12 @@ static int add_read_file(int rfd, const char *path, char *err, size_t errlen)
 }
 
 int pol_landlock_apply(const pol_role_def *d, const char *ca_bundle,
-                       int threads_exist, policy_report *rep,
+                       int threads_exist, int abi_max, policy_report *rep,
                        char *err, size_t errlen)
 {
 	int abi = pol_landlock_abi();
+	if (abi_max > 0 && abi > abi_max)
+		abi = abi_max; /* self-test: behave as on an older kernel */
 	rep->landlock_abi = abi > 0 ? abi : 0;
 	if (abi <= 0) {
 		const char *why = abi == 0 ? "kernel has no Landlock (or it is disabled)"

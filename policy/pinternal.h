@@ -41,7 +41,7 @@ int pol_landlock_abi(void);
 /* The fs rights an ABI handles (ABI 1..N; newer rights stripped). */
 uint64_t pol_landlock_fs_rights(int abi);
 int pol_landlock_apply(const pol_role_def *d, const char *ca_bundle,
-                       int threads_exist, policy_report *rep,
+                       int threads_exist, int abi_max, policy_report *rep,
                        char *err, size_t errlen);
 
 /* seccomp (policy/seccomp.c). pol_seccomp_build writes the role's filter

@@ -388,7 +388,7 @@ int policy_apply(policy_role role, const policy_opts *o, policy_report *rep,
 	         d.fsize == RLIM_INFINITY ? "unchanged (stderr may be a log file)" : "1 TiB", (unsigned long)d.nofile);
 
 	/* 4. Landlock. */
-	if (pol_landlock_apply(&d, ca, threads > 1, rep, err, errlen) != 0)
+	if (pol_landlock_apply(&d, ca, threads > 1, o->landlock_abi_max, rep, err, errlen) != 0)
 		return -1;
 
 	/* 5. seccomp, last. */

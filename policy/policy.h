@@ -57,6 +57,9 @@ typedef struct {
 	                          the report says so. 0: threads → error */
 	unsigned short extra_port; /* fetcher: one more TCP connect port (an
 	                          HF_ENDPOINT on another port); 0: none */
+	int landlock_abi_max;  /* self-test/probe only (--landlock-abi N): act as
+	                          if the kernel stopped at ABI N, to prove the
+	                          fallbacks on a new kernel. 0: no clamp. */
 	int skip_seccomp;      /* self-test only (--layers): prove the layers
 	                          under seccomp on their own. The broker MUST NOT
 	                          set it. */

@@ -6,6 +6,7 @@
  *
  *   --self-test [--role importer] [--fd N]... [--wfd N] [--sock N]
  *               [--path P]... [--port N] [--only NAME] [--hold] [--layers]
+ *               [--landlock-abi N]
  *
  * --fd N: a model file the parent opened read-only (written to, mapped,
  * mprotected); --wfd N: a file the parent opened for writing (importer,
@@ -16,7 +17,9 @@
  * Without --only, every attempt that fails softly runs in this process and
  * the names of those that must kill it are listed, one process each.
  * --hold: lock down, print {"ready":PID}, wait for stdin to close.
- * --layers: everything but seccomp, to prove the layers under it alone. */
+ * --layers: everything but seccomp, to prove the layers under it alone.
+ * --landlock-abi N (also for --probe): use at most Landlock ABI N, to prove
+ * the fallbacks for older kernels on this one. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -530,6 +533,15 @@ static policy_role role_from_args(policy_role role, int argc, char **argv)
 	return role;
 }
 
+/* --landlock-abi N (self-test and probe only, never policy_opts_from_args) */
+static int abi_max_arg(int argc, char **argv)
+{
+	for (int i = 1; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "--landlock-abi"))
+			return atoi(argv[i + 1]);
+	return 0;
+}
+
 int policy_selftest(policy_role role, int argc, char **argv)
 {
 	st_ctx c;
@@ -563,6 +575,7 @@ int policy_selftest(policy_role role, int argc, char **argv)
 	policy_opts o;
 	policy_opts_from_args(&o, argc, argv);
 	o.skip_seccomp = c.layers;
+	o.landlock_abi_max = abi_max_arg(argc, argv);
 	const char *e = getenv("SSL_CERT_FILE");
 	c.ca = o.ca_bundle ? o.ca_bundle : (e && *e) ? e : "/etc/ssl/certs/ca-certificates.crt";
 
@@ -619,6 +632,7 @@ int policy_probe(policy_role role, int argc, char **argv)
 	role = role_from_args(role, argc, argv);
 	policy_opts o;
 	policy_opts_from_args(&o, argc, argv);
+	o.landlock_abi_max = abi_max_arg(argc, argv);
 	policy_report rep;
 	char err[256], buf[4096];
 	int r = policy_apply(role, &o, &rep, err, sizeof err);

@@ -10,6 +10,7 @@ runs everything but seccomp, proving the layers under it on their own
 worker's /proc/<pid>/status shows the filter, no_new_privs, uid and
 namespace. Env: MLXR = path to build/mlxr (siblings are found next to it).
 """
+import ctypes
 import json
 import os
 import signal
@@ -56,6 +57,15 @@ def listener():
     s.setblocking(False)
     yield s
     s.close()
+
+
+def landlock_abi():
+    """The running kernel's Landlock ABI (0: none), as the children see it:
+    landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    v = libc.syscall(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_uint(1))
+    return max(v, 0)
 
 
 def role_args(role):
@@ -316,10 +326,11 @@ def test_doctor_reports_every_layer_per_role(mlxr):
             assert rows[(role, layer)] == "on", (role, layer, p.stdout)
     assert rows[("worker", "netns")] == "on"
     assert rows[("fetcher", "netns")] == "off"
-    lsm = Path("/sys/kernel/security/lsm")
-    if lsm.exists() and "landlock" in lsm.read_text():
-        for role in ("worker", "importer", "fetcher"):
-            assert rows[(role, "landlock-fs")] == "on", p.stdout
+    abi = landlock_abi()
+    for role in ("worker", "importer", "fetcher"):
+        assert rows[(role, "landlock-fs")] == ("on" if abi >= 1 else "off"), p.stdout
+        assert rows[(role, "landlock-net")] == ("on" if abi >= 4 else "off"), p.stdout
+        assert rows[(role, "landlock-scope")] == ("on" if abi >= 6 else "off"), p.stdout
 
 
 def test_no_sandbox_warns_and_applies_nothing(bins):
@@ -329,3 +340,57 @@ def test_no_sandbox_warns_and_applies_nothing(bins):
     assert "WARNING" in p.stderr and "--no-sandbox" in p.stderr
     assert " on " not in p.stdout
     assert "seccomp" in p.stdout
+
+
+# ---- older kernels and unprivileged starts ----
+
+def probe_rows(p):
+    rows = {}
+    for line in p.stdout.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) >= 3:
+            rows[parts[1]] = parts[2]
+    return rows
+
+
+@pytest.mark.parametrize("abi", [1, 2, 3, 4, 5, 6])
+def test_older_landlock_abi_keeps_what_it_has(bins, abi, fetcher_env):
+    """As on a kernel that stops at ABI N: the kernel accepts our ruleset
+    (newer rights stripped), the report says which Landlock layers are off,
+    and the files stay closed."""
+    if landlock_abi() < abi:
+        pytest.fail(f"this kernel's Landlock ABI is {landlock_abi()} < {abi}: "
+                    "the fallback cannot be exercised here")
+    for role in ("worker", "fetcher"):
+        p = subprocess.run([bins[role], "--probe", "--landlock-abi", str(abi)],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stdout + p.stderr
+        rows = probe_rows(p)
+        assert rows["landlock-fs"] == "on"
+        assert rows["landlock-net"] == ("on" if abi >= 4 else "off")
+        assert rows["landlock-scope"] == ("on" if abi >= 6 else "off")
+        assert rows["seccomp"] == "on"
+    env, key, store = fetcher_env
+    p = run(bins, "fetcher", ["--layers", "--landlock-abi", str(abi), "--path", str(key),
+                              "--path", str(store), "--only", "open"], env=env)
+    lines = parse(p.stdout)
+    assert [line["result"] for line in lines] == ["EACCES", "EACCES"], p.stdout + p.stderr
+
+
+def test_unprivileged_start_uses_a_user_namespace(bins, tmp_path):
+    if os.geteuid() != 0:
+        pytest.fail("run as root: the test starts the child as uid 1000")
+    d = Path(bins["worker"]).parent
+    if not all(os.access(x, os.X_OK, effective_ids=False) for x in (d, bins["worker"])):
+        pytest.fail(f"{d} must be reachable by uid 1000")
+    kw = dict(user=1000, group=1000, extra_groups=[], capture_output=True, text=True,
+              timeout=30, cwd="/")
+    p = subprocess.run([bins["worker"], "--probe"], **kw)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = probe_rows(p)
+    for layer in ("userns", "netns", "mountns", "ipcns", "seccomp", "landlock-fs"):
+        assert rows[layer] == "on", (layer, p.stdout)
+    q = subprocess.run([bins["worker"], "--self-test"], **kw)
+    attempts, _ = check_lines(q, ["open /etc/passwd", "thread create and join"])
+    k = subprocess.run([bins["worker"], "--self-test", "--only", "fork"], **kw)
+    assert k.returncode == -signal.SIGSYS
