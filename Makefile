@@ -59,6 +59,9 @@ kbench: $(BUILD)/kbench
 	$(BUILD)/kbench
 $(BUILD)/kbench: $(BUILD)/obj/bench/kbench.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# The in-process baseline for the cost of privilege separation.
+$(BUILD)/inproc-bench: $(BUILD)/obj/bench/inproc_bench.o $(BUILD)/libmlxr.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

@@ -1,0 +1,185 @@
+"""Privilege separation, proved from outside: the model runs in a separate,
+locked-down mlxr-worker; each binary links only what its role needs; a
+worker that breaks protocol, crashes or is killed is reported and replaced
+while the broker keeps going; --sealed weights survive a file changed under
+the worker, plain read-only mappings do not (and that only kills the worker).
+The in-sandbox attempts (open, connect, exec, ptrace, ...) are in
+test_sandbox.py."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MLXR = os.environ.get("MLXR", str(ROOT / "build" / "mlxr"))
+BIN = Path(MLXR).parent
+
+
+@pytest.fixture(scope="module")
+def smol(fixture_model):
+    return Path(fixture_model("smollm2")["path"])
+
+
+def children(pid):
+    out = []
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        kids = (t / "children").read_text().split()
+        out += [int(k) for k in kids]
+    return out
+
+
+def status(pid):
+    return dict(l.split(":\t", 1) for l in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in l)
+
+
+def start_long(model, *extra):
+    """A one-shot generation that runs for a while; returns (process, worker pid)."""
+    p = subprocess.Popen([MLXR, "run", str(model), "--temp", "0", "--max", "3000", "--ctx", "4096", *extra,
+                          "Write a very long story about a dragon and a clockmaker."],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.time() + 60
+    while time.time() < end:
+        kids = children(p.pid)
+        if kids and "mlxr-worker" in Path(f"/proc/{kids[0]}/cmdline").read_bytes().decode(errors="replace"):
+            return p, kids[0]
+        time.sleep(0.05)
+    p.kill()
+    raise AssertionError("no worker process appeared")
+
+
+def test_binaries_link_only_their_role():
+    def symbols(name):
+        out = subprocess.run(["nm", "--defined-only", str(BIN / name)], capture_output=True, text=True, check=True)
+        return {l.split()[-1] for l in out.stdout.splitlines() if len(l.split()) == 3}
+    broker, worker, fetcher = symbols("mlxr"), symbols("mlxr-worker"), symbols("mlxr-fetcher")
+    kernel = {"k_table_ref", "kernels_best", "model_forward", "kpool_for"}
+    http = {s for s in broker if s.startswith("http_")}
+    assert http, "the broker has the HTTP server"
+    assert not kernel & broker, "the broker never runs model code"
+    assert kernel <= worker
+    assert not {s for s in worker if s.startswith(("http_", "openai_", "serve_"))}, "no HTTP / request JSON in the worker"
+    assert not kernel & fetcher and "tok_encode" not in fetcher and "gguf_parse" not in fetcher
+    assert "policy_apply" in worker and "policy_apply" in fetcher
+
+
+def test_the_model_runs_in_a_locked_down_worker(smol):
+    p, w = start_long(smol)
+    try:
+        st = status(w)
+        assert st["Seccomp"].strip() == "2"
+        assert st["NoNewPrivs"].strip() == "1"
+        if os.geteuid() == 0:
+            assert st["Uid"].split()[0] != "0", "the worker dropped root"
+        assert os.readlink(f"/proc/{w}/ns/net") != os.readlink(f"/proc/{p.pid}/ns/net")
+        # The worker holds no descriptor of the model directory by path other
+        # than the read-only shard: every fd is a socket, memfd or a file
+        # opened read-only.
+        for fd in Path(f"/proc/{w}/fdinfo").iterdir():
+            flags = int(re.search(r"flags:\s+(\d+)", fd.read_text()).group(1), 8)
+            target = os.readlink(f"/proc/{w}/fd/{fd.name}")
+            if target.endswith(".safetensors"):
+                assert flags & 0o3 == os.O_RDONLY, f"{target} is open for writing"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_killed_worker_is_reported(smol):
+    p, w = start_long(smol)
+    time.sleep(1.0)
+    os.kill(w, signal.SIGKILL)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1
+    assert "the model worker failed" in err and "killed by signal 9" in err, err
+
+
+def tmux(*args):
+    return subprocess.run(["tmux", *args], capture_output=True, text=True)
+
+
+def test_malformed_message_ends_the_worker_not_the_broker(smol, tmp_path):
+    """The worker answers the second request with a malformed packet: that
+    turn fails with the reason, the third turn is served by a new worker."""
+    session = f"mlxr-fault-{os.getpid()}"
+    rc = tmp_path / "rc"
+    cmd = f"MLXR_WORKER_FAULT_AFTER=1 {MLXR} run {smol} --temp 0 --max 20; echo EXIT=$? > {rc}"
+    tmux("kill-session", "-t", session)
+    tmux("new-session", "-d", "-s", session, "-x", "200", "-y", "50", cmd)
+    try:
+        def screen():
+            return tmux("capture-pane", "-p", "-S", "-200", "-t", session).stdout
+
+        def wait(pattern, t=60):
+            end = time.time() + t
+            while time.time() < end:
+                s = screen()
+                if re.search(pattern, s, re.S):
+                    return s
+                time.sleep(0.2)
+            raise AssertionError(f"timeout waiting for {pattern!r}:\n{screen()}")
+        wait(r">>> ")
+        tmux("send-keys", "-t", session, "Hi", "Enter")
+        wait(r">>> Hi\n.+\n>>> ")
+        tmux("send-keys", "-t", session, "Hello again", "Enter")
+        s = wait(r">>> Hello again\n.*>>> ")
+        assert "the model worker failed (ipc: header says 65535 payload bytes" in s
+        tmux("send-keys", "-t", session, "What is the capital of France?", "Enter")
+        s = wait(r"France\?\n.*Paris.*>>> ")
+        tmux("send-keys", "-t", session, "/bye", "Enter")
+        end = time.time() + 20
+        while not rc.exists() and time.time() < end:
+            time.sleep(0.2)
+        assert rc.read_text().strip() == "EXIT=0"
+    finally:
+        tmux("kill-session", "-t", session)
+
+
+def truncate_during_generation(model_dir, *flags):
+    p, w = start_long(model_dir, *flags)
+    # Wait for the answer to start streaming, then cut the weights in half.
+    os.set_blocking(p.stdout.fileno(), False)
+    end = time.time() + 60
+    got = ""
+    while time.time() < end and len(got) < 20:
+        try:
+            got += p.stdout.read() or ""
+        except TypeError:
+            pass
+        time.sleep(0.05)
+    st = next(Path(model_dir).glob("*.safetensors"))
+    with open(st, "r+b") as f:
+        f.truncate(st.stat().st_size // 2)
+    time.sleep(2.0)
+    alive = p.poll() is None
+    p.kill()
+    out, err = p.communicate()
+    return alive, p.returncode, err
+
+
+def test_truncated_weights_kill_only_the_worker(smol, tmp_path):
+    d = tmp_path / "m"
+    shutil.copytree(smol, d)
+    alive, rc, err = truncate_during_generation(d)
+    assert not alive and rc == 1, "the request fails"
+    assert "the model worker failed" in err and "signal 7" in err, err
+
+
+def test_sealed_weights_survive_a_truncated_file(smol, tmp_path):
+    d = tmp_path / "m"
+    shutil.copytree(smol, d)
+    alive, rc, err = truncate_during_generation(d, "--sealed")
+    assert alive, f"the sealed worker kept generating; stderr: {err}"
+
+
+def test_sealed_mode_answers_the_same(smol):
+    a = subprocess.run([MLXR, "run", str(smol), "--temp", "0", "--max", "30", "What is 2+2?"], capture_output=True,
+                       text=True)
+    b = subprocess.run([MLXR, "run", str(smol), "--temp", "0", "--max", "30", "--sealed", "What is 2+2?"],
+                       capture_output=True, text=True)
+    assert a.returncode == 0 and b.returncode == 0
+    assert a.stdout == b.stdout and a.stdout.strip()
