@@ -230,9 +230,10 @@ int pol_seccomp_build(const pol_role_def *d, int self_pid,
 	}
 
 	if (d->opens_files) {
-		/* Read-only opens; Landlock decides which paths. */
+		/* Read-only opens; Landlock decides which paths. O_PATH too is
+		 * refused: Landlock does not check O_PATH opens. */
 		cond ro = C1(ARG_LO(2), O_WRONLY | O_RDWR | O_CREAT | O_TRUNC |
-		             O_APPEND | __O_TMPFILE, 0);
+		             O_APPEND | __O_TMPFILE | O_PATH, 0);
 		rule_if(&b, SYS_openat, &ro, 1, RET_ERRNO(EACCES));
 	} else {
 		rule(&b, SYS_openat, RET_ERRNO(EACCES));

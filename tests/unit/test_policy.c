@@ -173,6 +173,7 @@ static void test_filters(void)
 	CHECK(decide(F, SYS_openat, AT_FDCWD, 0, O_WRONLY, 0) == ERR(EACCES), "openat wr");
 	CHECK(decide(F, SYS_openat, AT_FDCWD, 0, O_RDONLY | O_CREAT, 0) == ERR(EACCES), "openat creat");
 	CHECK(decide(F, SYS_openat, AT_FDCWD, 0, O_TMPFILE | O_RDWR, 0) == ERR(EACCES), "tmpfile");
+	CHECK(decide(F, SYS_openat, AT_FDCWD, 0, O_PATH, 0) == ERR(EACCES), "O_PATH");
 	CHECK(decide(F, SYS_mmap, 0, 4096, PROT_EXEC, 0) == ERR(EPERM), "fetcher mmap exec");
 	CHECK(decide(F, SYS_pwrite64, 5, 0, 1, 0) == ALLOW, "fetcher pwrite64");
 }
