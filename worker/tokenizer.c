@@ -801,12 +801,22 @@ static void sl_lossy(slist *l, const unsigned char *p, size_t n)
 	}
 }
 
+static int utf8_valid(const unsigned char *p, size_t n)
+{
+	uint32_t cp;
+	for (size_t i = 0, k; i < n; i += k)
+		if (!(k = uni_decode(p + i, n - i, &cp))) return 0;
+	return 1;
+}
+
 static int is_fallback_piece(const char *s, size_t n, unsigned char *b)
 {
-	/* "<0xXX>" (HF ByteFallback: six bytes, hex, parsed as u8). */
+	/* "<0xXX>" (HF ByteFallback: six bytes, s[3..5] parsed by Rust's
+	 * u8::from_str_radix(_, 16), which also takes a leading '+': "<0x+A>"
+	 * is byte 0x0A in HF too). */
 	if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return 0;
 	unsigned v = 0;
-	for (int i = 3; i < 5; i++) {
+	for (int i = s[3] == '+' ? 4 : 3; i < 5; i++) {
 		char c = s[i];
 		v <<= 4;
 		if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
@@ -884,31 +894,33 @@ static int run_decoders(const tokenizer *t, slist *l, int raw, size_t first, int
 			}
 			break;
 		case TOK_DEC_BYTEFALLBACK: {
-			unsigned char bytes[64];
-			size_t nb = 0;
+			/* ByteFallback::decode_chain: a run of consecutive <0xXX>
+			 * tokens becomes one token when its bytes are valid UTF-8,
+			 * else one U+FFFD token per byte. A run has no length
+			 * limit: it is a whole text's worth of characters when the
+			 * vocabulary lacks them (a fixed 64-byte run buffer that
+			 * called longer runs invalid turned 67 ASCII bytes into
+			 * U+FFFD: fuzz/tokenizer_text_seed_corpus/
+			 * regress-gemma-long-byte-run). The run is written into o
+			 * directly from o.len == start and checked when it ends. */
+			size_t start = 0, run = 0;
 			for (size_t i = 0; i <= l->n; i++) {
 				unsigned char b;
 				int fb = i < l->n && is_fallback_piece(SL_S(l, i), SL_N(l, i), &b);
 				if (fb && !raw) {
-					if (nb == sizeof(bytes)) {
-						/* Longer runs are never valid UTF-8 (>4 bytes). */
-						for (size_t j = 0; j < nb; j++) { sl_bytes(&o, "\xEF\xBF\xBD", 3); sl_end(&o); }
-						nb = 0;
-					}
-					bytes[nb++] = b;
+					if (!run) start = o.len;
+					sl_bytes(&o, &b, 1);
+					run++;
 					continue;
 				}
-				if (nb) {
-					uint32_t cp;
-					size_t j = 0;
-					while (j < nb) {
-						size_t cl = uni_decode(bytes + j, nb - j, &cp);
-						if (!cl) break;
-						j += cl;
+				if (run) {
+					if (!o.oom && utf8_valid((const unsigned char *)o.b + start, o.len - start)) {
+						sl_end(&o);
+					} else {
+						o.len = start;
+						for (size_t j = 0; j < run; j++) { sl_bytes(&o, "\xEF\xBF\xBD", 3); sl_end(&o); }
 					}
-					if (j == nb) { sl_bytes(&o, bytes, nb); sl_end(&o); }
-					else for (j = 0; j < nb; j++) { sl_bytes(&o, "\xEF\xBF\xBD", 3); sl_end(&o); }
-					nb = 0;
+					run = 0;
 				}
 				if (i == l->n) break;
 				if (fb) sl_bytes(&o, &b, 1);
@@ -1050,6 +1062,27 @@ int tok_stream_push(tok_stream *s, int id, const char **out, size_t *outlen)
 	*outlen = 0;
 	if (collect(s->t, &id, 1, s->skip_special, &l)) { sl_free(&l); return -1; }
 	if (l.n == 0) { sl_free(&l); return 0; }
+	if (!s->t->has_decoder) {
+		/* No decoder: tok_decode joins the pieces with ' ', each read
+		 * lossily on its own (HF: tokens.join(" ")), so each token's
+		 * text is final: the separator (before every token but the
+		 * first, empty pieces included), then the piece. Without this
+		 * the stream concatenated the pieces with nothing between
+		 * (fuzz/tokenizer_seed_corpus/regress-no-decoder-stream.json). */
+		slist o;
+		sl_init(&o);
+		if (s->ntok++) sl_bytes(&o, " ", 1);
+		sl_lossy(&o, (const unsigned char *)l.b, l.len);
+		sl_bytes(&o, "", 0);
+		sl_free(&l);
+		if (o.oom || out_reserve(s, o.len + 1)) { sl_free(&o); return -1; }
+		if (o.len) memcpy(s->buf, o.b, o.len);
+		s->buf[o.len] = 0;
+		*out = s->buf;
+		*outlen = o.len;
+		sl_free(&o);
+		return 0;
+	}
 	if (run_decoders(s->t, &l, 1, s->ntok, 1)) { sl_free(&l); return -1; }
 	s->ntok++;
 	/* pending bytes + new bytes; emit complete characters, keep a

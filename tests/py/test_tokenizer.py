@@ -347,3 +347,59 @@ def test_unsupported_parts_are_rejected_by_name(toks, tmp_path):
     d = copy.deepcopy(base)
     d["model"]["merges"] = d["model"]["merges"][:10] + [["Ġt", "notapiece"]]
     _reject(tmp_path, d, "notapiece")
+
+
+# Texts of characters the vocabulary lacks: long runs of <0xXX> byte-fallback
+# tokens (96 and 120 bytes in Gemma 3's full vocabulary). A run over 64 bytes
+# used to decode to one U+FFFD per byte (fuzz/tokenizer_text_seed_corpus/
+# regress-gemma-long-byte-run). No NUL: it separates --batch texts.
+FALLBACK_TEXTS = [
+    "\x04\x06\x07\x0b\x0c\x0e\x0f\x10\x11\x15\x16\x18\x19\x1c\x1d\x1e" * 6,
+    "".join(chr(0x2A700 + 7 * i) for i in range(30)),
+    "x\x0b\x0c" + "\U0001D11E\U0001F9CC\x10\x11" * 10 + "y",
+    "<bos>\x02\x0e\u00e9\x1at<bos>]\x02#\u00e9[t<" * 3,
+]
+
+
+@pytest.mark.parametrize("name", ["gemma3", "sp-prepend", "sp-metaspace"])
+def test_long_byte_fallback_runs_equal_hf(toks, name, tmp_path):
+    if name not in toks:
+        pytest.skip(f"{name}: source GGUF not installed")
+    tokdir, hf = toks[name]
+    hf.encode_special_tokens = True
+    got = run_batch(tokdir, FALLBACK_TEXTS, False, tmp_path)
+    for text, (ids, dec, streamed) in zip(FALLBACK_TEXTS, got):
+        enc = hf.encode(text, add_special_tokens=False)
+        assert ids == enc.ids, text
+        want = hf.decode(enc.ids, skip_special_tokens=False)
+        assert dec == want and streamed == want, text
+        if name == "gemma3":
+            assert dec == text  # lossless: decode(encode(text)) == text, as in HF
+    if name == "gemma3":
+        assert max(sum(t.startswith("<0x") for t in hf.encode(x, add_special_tokens=False).tokens)
+                   for x in FALLBACK_TEXTS) > 64, "no text makes a run longer than 64 bytes"
+
+
+@pytest.mark.parametrize("name", ["smollm2", "gemma3"])
+def test_no_decoder_decode_and_stream_equal_hf(toks, name, tmp_path):
+    """Without a decoder HF joins the pieces with ' '; streaming decode must
+    give the same (fuzz/tokenizer_seed_corpus/regress-no-decoder-stream.json)."""
+    if name not in toks:
+        pytest.skip(f"{name}: source GGUF not installed")
+    d = json.loads((toks[name][0] / "tokenizer.json").read_text(encoding="utf-8"))
+    d["decoder"] = None
+    text = json.dumps(d, ensure_ascii=False)
+    hf = Tokenizer.from_str(text)
+    hf.encode_special_tokens = True
+    p = tmp_path / "nodec"
+    p.mkdir()
+    (p / "tokenizer.json").write_text(text, encoding="utf-8")
+    texts = CORPUS[:12] + FALLBACK_TEXTS
+    got = run_batch(p, texts, False, tmp_path)
+    bad = []
+    for t, (ids, dec, streamed) in zip(texts, got):
+        want_ids = hf.encode(t, add_special_tokens=False).ids
+        want = hf.decode(want_ids, skip_special_tokens=False)
+        if ids != want_ids or dec != want or streamed != want:
+            bad.append(f"{t[:40]!r}: ids {ids == want_ids} decode {dec[:60]!r} stream {streamed[:60]!r} HF {want[:60]!r}")
+    assert not bad, "\n".join(bad)

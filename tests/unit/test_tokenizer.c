@@ -302,6 +302,122 @@ static void test_strip_after_fuse(void)
 	      "Strip stop 1 after Fuse rejected");
 }
 
+static int all_fffd(const char *s, size_t n)
+{
+	if (n % 3) return 0;
+	for (size_t i = 0; i < n; i += 3)
+		if (memcmp(s + i, "\xEF\xBF\xBD", 3)) return 0;
+	return 1;
+}
+
+/* Streams ids and returns the concatenation (malloc'd) in *out. */
+static int stream_all(const tokenizer *t, const int *ids, size_t n, int skip, char **out, size_t *outlen)
+{
+	tok_stream s;
+	tok_stream_init(&s, t, skip);
+	size_t cap = 64, len = 0;
+	char *acc = malloc(cap);
+	int rc = acc ? 0 : -1;
+	for (size_t i = 0; rc == 0 && i <= n; i++) {
+		const char *o;
+		size_t ol;
+		rc = i < n ? tok_stream_push(&s, ids[i], &o, &ol) : tok_stream_flush(&s, &o, &ol);
+		if (rc) break;
+		if (len + ol + 1 > cap) {
+			while (len + ol + 1 > cap) cap *= 2;
+			char *na = realloc(acc, cap);
+			if (!na) { rc = -1; break; }
+			acc = na;
+		}
+		memcpy(acc + len, o, ol);
+		len += ol;
+	}
+	tok_stream_free(&s);
+	if (rc) { free(acc); return -1; }
+	acc[len] = 0;
+	*out = acc;
+	*outlen = len;
+	return 0;
+}
+
+/* Found by fuzz/tokenizer_text_fuzzer (regression input
+ * fuzz/tokenizer_text_seed_corpus/regress-gemma-long-byte-run): a run of
+ * more than 64 consecutive <0xXX> tokens (a text of characters the
+ * vocabulary lacks, here NUL and control bytes) decoded to one U+FFFD per
+ * byte, where HF ByteFallback decodes a run of any length that is valid
+ * UTF-8 (67 bytes in, 195 out). An invalid run is still one U+FFFD per
+ * byte, however long (HF gives 72 for 70 x <0x41> <0xC3> <0x41>). */
+static void test_byte_fallback_long_run_round_trips(void)
+{
+	size_t n;
+	char *j = sp_json(&n);
+	tokenizer *t = load(j, n);
+	CHECK(t, "SentencePiece-style tokenizer loads");
+	if (!t) { free(j); return; }
+	char text[200];
+	size_t tl = 0;
+	while (tl + 8 <= sizeof(text)) { /* no 'a', 'b' or ' ': every byte falls back */
+		memcpy(text + tl, "\0\x02\x0e\xc3\xa9<X>", 8);
+		tl += 8;
+	}
+	int *ids;
+	char err[128], *o;
+	size_t nid, ol;
+	CHECK(tok_encode(t, text, tl, NULL, &ids, &nid, err, sizeof(err)) == 0 && nid == tl,
+	      "%zu bytes encode to %zu byte-fallback ids", tl, nid);
+	CHECK(tok_decode(t, ids, nid, 0, &o, &ol) == 0 && ol == tl && !memcmp(o, text, tl),
+	      "a %zu-byte fallback run decodes to the text (%zu bytes out)", tl, ol);
+	free(o);
+	CHECK(stream_all(t, ids, nid, 0, &o, &ol) == 0 && ol == tl && !memcmp(o, text, tl),
+	      "streaming the run gives the text");
+	free(o);
+	free(ids);
+	int bad[72];
+	for (int i = 0; i < 72; i++) bad[i] = 0x41 + 1;
+	bad[70] = 0xC3 + 1;
+	CHECK(tok_decode(t, bad, 72, 0, &o, &ol) == 0 && ol == 72 * 3 && all_fffd(o, ol),
+	      "an invalid 72-byte run is 72 x U+FFFD (%zu bytes)", ol);
+	free(o);
+	tok_free(t);
+	free(j);
+	/* Rust's u8::from_str_radix takes a leading '+': HF reads "<0x+A>" as
+	 * byte 0x0A. */
+	const char *plus = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"<0x+A>\":0,\"b\":1},\"merges\":[]},"
+			   "\"decoder\":{\"type\":\"ByteFallback\"}}";
+	t = load(plus, strlen(plus));
+	CHECK(t, "<0x+A> tokenizer loads");
+	if (!t) return;
+	int pb[] = { 0, 1 };
+	CHECK(tok_decode(t, pb, 2, 0, &o, &ol) == 0 && ol == 2 && !memcmp(o, "\nb", 2), "<0x+A> is byte 0x0A");
+	free(o);
+	tok_free(t);
+}
+
+/* Found by fuzz/tokenizer_fuzzer (regression input
+ * fuzz/tokenizer_seed_corpus/regress-no-decoder-stream.json): without a
+ * decoder HF decode joins the pieces with ' ' (empty pieces included,
+ * skipped special tokens not), and streaming decode left the spaces out. */
+static void test_no_decoder_stream_joins_with_space(void)
+{
+	const char *js = "{\"added_tokens\":[{\"id\":4,\"content\":\"<s>\",\"special\":true}],"
+			 "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"\xc3\xa9\":1,\"\":2,\"bc\":3,\"<s>\":4},\"merges\":[]}}";
+	tokenizer *t = load(js, strlen(js));
+	CHECK(t, "tokenizer without a decoder loads");
+	if (!t) return;
+	int ids[] = { 4, 0, 1, 2, 3, 4, 0 };
+	char *d, *s;
+	size_t dl, sl;
+	CHECK(tok_decode(t, ids, 7, 0, &d, &dl) == 0 && !strcmp(d, "<s> a \xc3\xa9  bc <s> a"), "decode joins with ' ': '%s'", d);
+	CHECK(stream_all(t, ids, 7, 0, &s, &sl) == 0 && sl == dl && !memcmp(s, d, dl), "stream equals decode: '%s'", s);
+	free(d);
+	free(s);
+	CHECK(tok_decode(t, ids, 7, 1, &d, &dl) == 0 && !strcmp(d, "a \xc3\xa9  bc a"), "skipped specials get no separator: '%s'", d);
+	CHECK(stream_all(t, ids, 7, 1, &s, &sl) == 0 && sl == dl && !memcmp(s, d, dl), "stream equals decode, skipping: '%s'", s);
+	free(d);
+	free(s);
+	tok_free(t);
+}
+
 /* Hostile or unsupported inputs: each is rejected with a message, never a
  * crash (ASan/UBSan catch the rest). */
 static void test_rejects(void)
@@ -376,6 +492,8 @@ int main(void)
 	test_sentencepiece_byte_fallback();
 	test_decode_empty();
 	test_strip_after_fuse();
+	test_byte_fallback_long_run_round_trips();
+	test_no_decoder_stream_joins_with_space();
 	test_rejects();
 	if (failures) {
 		printf("test_tokenizer: %d failure(s)\n", failures);
