@@ -9,6 +9,8 @@ CFLAGS_COMMON = -std=c11 -D_GNU_SOURCE -g -pthread \
 	-I. $(EXTRA_CFLAGS)
 CFLAGS  = $(OPT) $(CFLAGS_COMMON)
 LDLIBS  = -ledit -lsodium -lm -pthread $(EXTRA_LDLIBS)
+# Only the fetcher links TLS (DESIGN.md: each binary links what its role needs).
+FETCHER_LDLIBS = -lbearssl
 
 # Per-ISA kernel files are compiled with their ISA flags; everything else is
 # portable. Runtime dispatch (kernels_best) picks among them.
@@ -48,7 +50,7 @@ $(BUILD)/mlxr: $(BUILD)/obj/broker/main.o $(BUILD)/libmlxr.a
 $(BUILD)/mlxr-worker: $(BUILD)/obj/worker/worker_main.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/mlxr-fetcher: $(BUILD)/obj/fetcher/fetcher_main.o $(BUILD)/libmlxr.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(FETCHER_LDLIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libmlxr.a
 	@mkdir -p $(dir $@)

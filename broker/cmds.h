@@ -15,5 +15,7 @@ int cmd_chat_render(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_search(int argc, char **argv);
 
 #endif

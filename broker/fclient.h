@@ -48,6 +48,35 @@ typedef void (*fclient_progress_fn)(void *arg, uint64_t done, uint64_t total);
 int fclient_download(const char *url, int out_fd, int resume, uint64_t expected_size, const uint8_t sha256[32],
 		     fclient_progress_fn progress, void *arg, char *err, size_t errlen);
 
+/* The same with every option (fclient_download is this with the defaults).
+ * Fields left 0/NULL are off. */
+typedef struct {
+	int resume;                 /* continue from the file's size */
+	const char *if_range;       /* resume: the ETag the partial file came
+	                               with (If-Range); NULL: none (a changed file
+	                               is then caught by the SHA-256 check) */
+	uint64_t expected_size;     /* checked after the download; 0: unknown */
+	const uint8_t *sha256;      /* checked after the download; NULL: none */
+	uint64_t max_bytes;         /* refuse a body larger than this; 0: none */
+	fclient_progress_fn progress;
+	/* Called once the final response's head arrived, before any body byte
+	 * is written: the ETag to keep for a later resume (may be ""). */
+	void (*head)(void *arg, const char *etag, uint64_t start, uint64_t total);
+	void *arg;
+	int *http_status;           /* out: the HTTP status of a failed request
+	                               (401/403/404...), 0 when none */
+} fclient_opts;
+int fclient_download_ex(const char *url, int out_fd, const fclient_opts *o, char *err, size_t errlen);
+
+/* Checks the file behind fd: size (when expected_size != 0) and SHA-256
+ * (when sha256 != NULL), streaming with libsodium. 0 or -1 with err. */
+int fclient_verify(int fd, uint64_t expected_size, const uint8_t sha256[32], char *err, size_t errlen);
+
+/* The Hub endpoint ($HF_ENDPOINT without a trailing '/', default
+ * https://huggingface.co) and the token (NULL when none). */
+const char *fclient_endpoint(void);
+const char *fclient_token(void);
+
 /* GET url (https; API calls) into a malloc'd, NUL-terminated buffer of at
  * most max bytes. Returns the HTTP status (200...), or -1 with err. *body
  * is set (caller frees) when the status is >= 0. */

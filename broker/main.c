@@ -19,6 +19,8 @@ static const struct verb verbs[] = {
 	{ "rm", cmd_rm, "rm MODEL [--yes]             delete a model from the store" },
 	{ "bench", cmd_bench, "bench MODEL [--json]         prefill/decode speed against the memory-bandwidth bound" },
 	{ "serve", cmd_serve, "serve MODEL [flags]          OpenAI-compatible HTTP API on loopback (mlxr serve --help)" },
+	{ "pull", cmd_pull, "pull ORG/REPO [--revision REV]  download an MLX model from the Hugging Face Hub" },
+	{ "search", cmd_search, "search [QUERY] [--sort downloads|likes|trending|recent] [--limit N]   MLX models on the Hub" },
 	{ "import", cmd_import, "import FILE.gguf [NAME]   convert a GGUF file into an MLX model in the store" },
 	{ "eval", cmd_eval, "eval MODEL --ids \"1 2 3\" [--logits F] [--decode] [--generate N]   (developer) raw ids through the engine" },
 	{ "tokenize", cmd_tokenize, "tokenize MODEL TEXT [--ids] [--special] [--file F] [--decode \"1 2\"]   (developer) run the tokenizer" },

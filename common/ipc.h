@@ -47,6 +47,8 @@ typedef enum {
 	IPC_DATA,       /* payload: a piece of a bulk result */
 	IPC_DONE,       /* the request finished; payload: kind-specific */
 	IPC_ERROR,      /* payload: wc_error */
+	/* broker -> fetcher (replies: IPC_EVENT, IPC_DONE, IPC_ERROR; fetcher/fetch.h) */
+	IPC_FETCH,      /* fds: output file; payload: fetch request */
 	IPC_TYPE_COUNT
 } ipc_type;
 
