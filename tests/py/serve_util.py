@@ -1,0 +1,136 @@
+"""Starting a real `mlxr serve` for the tests, and raw HTTP over a socket."""
+import json
+import os
+import re
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MLXR = os.environ.get("MLXR", str(ROOT / "build" / "mlxr"))
+
+
+class Server:
+    """`mlxr serve MODEL --port 0 ARGS...`; stderr (listen line, model
+    ready, the request log) goes to a file the tests read."""
+
+    def __init__(self, model, *args, env=None, wait_ready=True):
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="mlxr-serve-", suffix=".log", delete=False)
+        e = dict(os.environ)
+        e.pop("MLXR_API_KEY", None)
+        e.update(env or {})
+        self.proc = subprocess.Popen([MLXR, "serve", str(model), "--port", "0", *map(str, args)],
+                                     stdout=subprocess.DEVNULL, stderr=self.log, env=e)
+        self.port = None
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            text = self.text()
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", text)
+            if m:
+                self.port = int(m.group(1))
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlxr serve exited {self.proc.returncode}:\n{text}")
+            if self.port and (not wait_ready or "model ready" in text):
+                break
+            time.sleep(0.05)
+        else:
+            self.stop()
+            raise RuntimeError(f"mlxr serve did not become ready:\n{self.text()}")
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def text(self):
+        return Path(self.log.name).read_text(errors="replace")
+
+    def rss_kb(self):
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        os.unlink(self.log.name)
+
+
+def connect(port, timeout=10):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    return s
+
+
+def read_response(s, timeout=10):
+    """Reads one HTTP/1.1 response (Content-Length or chunked; or until
+    close). Returns (status, headers dict lowercased, body bytes)."""
+    s.settimeout(timeout)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = s.recv(65536)
+        if not d:
+            if not buf:
+                return None, {}, b""
+            break
+        buf += d
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for ln in lines[1:]:
+        k, _, v = ln.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(rest) < n:
+            d = s.recv(65536)
+            if not d:
+                break
+            rest += d
+        return status, headers, rest[:n]
+    if headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            while b"\r\n" not in rest:
+                rest += s.recv(65536)
+            size_s, _, rest = rest.partition(b"\r\n")
+            size = int(size_s, 16)
+            while len(rest) < size + 2:
+                d = s.recv(65536)
+                if not d:
+                    raise EOFError("stream ended inside a chunk")
+                rest += d
+            body += rest[:size]
+            rest = rest[size + 2:]
+            if size == 0:
+                return status, headers, body
+    while True:
+        d = s.recv(65536)
+        if not d:
+            return status, headers, rest
+        rest += d
+
+
+def request(port, method, path, body=None, headers=None, host=None, timeout=30):
+    """One request on a fresh connection; returns (status, headers, body)."""
+    h = {"Host": host or f"127.0.0.1:{port}"}
+    data = b""
+    if body is not None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        h["Content-Type"] = "application/json"
+        h["Content-Length"] = str(len(data))
+    h.update(headers or {})
+    raw = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items() if v is not None)
+    with connect(port, timeout) as s:
+        s.sendall(raw.encode() + b"\r\n" + data)
+        return read_response(s, timeout)
+
+
+def error_of(body):
+    e = json.loads(body)["error"]
+    assert set(e) >= {"message", "type", "param", "code"}, e
+    return e
