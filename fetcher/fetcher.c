@@ -284,9 +284,9 @@ static int do_fetch(fctx *f, const fetch_req *rq, int fd, fetch_done *d)
 	}
 }
 
-int fetcher_serve(int sock, const char *ca_path)
+int fetcher_serve(int sock, int ca_fd, const char *ca_path)
 {
-	if (tls_ca_load(ca_path, ca_error, sizeof(ca_error)) == 0)
+	if (tls_ca_load(ca_fd, ca_path, ca_error, sizeof(ca_error)) == 0)
 		ca_error[0] = 0;
 	static ipc_msg m;
 	char err[256];

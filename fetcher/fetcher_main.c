@@ -57,6 +57,8 @@ int main(int argc, char **argv)
 		ca = e && *e ? e : "/etc/ssl/certs/ca-certificates.crt";
 		o.ca_bundle = ca;
 	}
+	/* Opened now, parsed after lockdown (see tls_ca_load). */
+	int ca_fd = open(ca, O_RDONLY | O_CLOEXEC);
 	char err[512];
 	if (policy_apply(POLICY_FETCHER, &o, NULL, err, sizeof(err))) {
 		fprintf(stderr, "mlxr-fetcher: sandbox: %s\n", err);
@@ -65,5 +67,5 @@ int main(int argc, char **argv)
 	const char *esc = getenv("MLXR_FETCHER_ESCAPE");
 	if (esc && *esc)
 		escape_probe(esc);
-	return fetcher_serve(3, ca);
+	return fetcher_serve(3, ca_fd, ca);
 }

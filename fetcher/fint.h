@@ -11,9 +11,12 @@
 #define FETCH_CONNECT_MS 15000 /* TCP connect */
 #define FETCH_IO_MS 60000      /* no byte for this long: the peer is gone */
 
-/* Loads the PEM CA bundle at path as the trust anchors of every later
- * connection. 0 (at least one anchor), or -1 with err. */
-int tls_ca_load(const char *path, char *err, size_t errlen);
+/* Loads the PEM CA bundle open on fd (path: for messages; fd closed) as
+ * the trust anchors of every later connection. 0 (at least one anchor), or
+ * -1 with err. The fetcher opens it before lockdown (so a bundle under a
+ * directory only the user can enter still works after a root-started
+ * fetcher became nobody) and parses it after. */
+int tls_ca_load(int fd, const char *path, char *err, size_t errlen);
 
 typedef struct tls_conn tls_conn;
 /* Resolves host (MLXR_RESOLVE "host:ip,..." first, then getaddrinfo),
@@ -27,6 +30,6 @@ long tls_read(tls_conn *c, void *p, size_t n, char *err, size_t errlen);
 void tls_close(tls_conn *c);
 
 /* Serves IPC_FETCH requests on sock until EOF. Returns the exit status. */
-int fetcher_serve(int sock, const char *ca_path);
+int fetcher_serve(int sock, int ca_fd, const char *ca_path);
 
 #endif

@@ -110,12 +110,11 @@ static int add_anchor(const uint8_t *der, size_t len)
 	return 0;
 }
 
-int tls_ca_load(const char *path, char *err, size_t errlen)
+int tls_ca_load(int fd, const char *path, char *err, size_t errlen)
 {
 	/* A system bundle is ~220 KB; 16 MB is far beyond any real one. */
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		snprintf(err, errlen, "cannot read the CA bundle %s: %s", path, strerror(errno));
+		snprintf(err, errlen, "cannot read the CA bundle %s", path);
 		return -1;
 	}
 	struct stat sb;
