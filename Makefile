@@ -21,13 +21,13 @@ AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 # its role references (tests/py/test_roles.py checks what each one links).
 MAINS   = broker/main.c worker/worker_main.c fetcher/fetcher_main.c
 LIB_SRC = $(filter-out $(MAINS),$(wildcard common/*.c policy/*.c kernels/cpu/*.c worker/*.c \
-	broker/*.c fetcher/*.c))
+	broker/*.c fetcher/*.c release/*.c))
 LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC = $(wildcard tests/unit/test_*.c)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps pyenv fixtures test unit-test py-test asan demo clean kbench
-.PHONY: fuzz fuzz-bins fuzz-smoke fuzz-run
+.PHONY: fuzz fuzz-bins fuzz-smoke fuzz-run release release-tools
 BINS = $(BUILD)/mlxr $(BUILD)/mlxr-worker $(BUILD)/mlxr-fetcher
 all: $(BINS) $(TEST_BIN)
 
@@ -55,6 +55,38 @@ $(BUILD)/mlxr-fetcher: $(BUILD)/obj/fetcher/fetcher_main.o $(BUILD)/libmlxr.a
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libmlxr.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# ---- Releases (release/, README "Releases") ----
+# make release: the three binaries built in release mode into
+# $(RELEASE_BUILD), copied (stripped) into $(DIST)/ with SHA256SUMS and
+# SHA256SUMS.sig (minisign format, signed by mlxr-sign). The secret key is
+# read from $$MLXR_SIGN_KEY_FILE or $$MLXR_SIGN_KEY, never from the repository.
+# RELEASE_KEYS      source file of the public keys mlxr trusts (mlxr-keygen
+#                   writes it); tests build against their own test key file.
+# VERSION_OVERRIDE  build as another version than common/version.h's (tests).
+# RELEASE_TEST=1    compile release/install.c's kill-point hooks (tests only).
+# RELEASE_EXPIRES_DAYS  how long the signature of a release stays valid.
+RELEASE_KEYS ?= release/trusted_keys.inc
+RELEASE_BUILD ?= build-release
+DIST ?= dist
+RELEASE_EXPIRES_DAYS ?= 180
+RELEASE_TOOLS = $(BUILD)/mlxr-keygen $(BUILD)/mlxr-sign
+$(BUILD)/obj/release/keys.o: CFLAGS += -DMLXR_RELEASE_KEYS='"$(abspath $(RELEASE_KEYS))"'
+ifdef VERSION_OVERRIDE
+$(BUILD)/obj/common/version.o: CFLAGS += -DMLXR_VERSION='"$(VERSION_OVERRIDE)"'
+endif
+ifeq ($(RELEASE_TEST),1)
+$(BUILD)/obj/release/install.o: CFLAGS += -DMLXR_RELEASE_TEST
+endif
+release-tools: $(RELEASE_TOOLS)
+$(BUILD)/mlxr-keygen: $(BUILD)/obj/release/tools/keygen.o $(BUILD)/libmlxr.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/mlxr-sign: $(BUILD)/obj/release/tools/sign.o $(BUILD)/libmlxr.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+release:
+	$(MAKE) BUILD=$(RELEASE_BUILD) OPT="-O2 -DNDEBUG" $(RELEASE_BUILD)/mlxr $(RELEASE_BUILD)/mlxr-worker \
+		$(RELEASE_BUILD)/mlxr-fetcher $(RELEASE_BUILD)/mlxr-sign
+	./release/make_release.sh $(RELEASE_BUILD) $(DIST) $(RELEASE_EXPIRES_DAYS)
 
 # Kernel micro-benchmark (not a test): matvec GB/s vs measured read bandwidth.
 kbench: $(BUILD)/kbench

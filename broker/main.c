@@ -3,8 +3,7 @@
 #include <string.h>
 
 #include "broker/cmds.h"
-
-#define MLXR_VERSION "0.1.0"
+#include "common/version.h"
 
 struct verb {
 	const char *name;
@@ -25,6 +24,7 @@ static const struct verb verbs[] = {
 	{ "eval", cmd_eval, "eval MODEL --ids \"1 2 3\" [--logits F] [--decode] [--generate N]   (developer) raw ids through the engine" },
 	{ "tokenize", cmd_tokenize, "tokenize MODEL TEXT [--ids] [--special] [--file F] [--decode \"1 2\"]   (developer) run the tokenizer" },
 	{ "chat-render", cmd_chat_render, "chat-render TOKENIZER_CONFIG.json MESSAGES.json [--continue] [--no-think] [--mask]   (developer) print a rendered chat prompt" },
+	{ "upgrade", cmd_upgrade, "upgrade [--check]            install the latest signed release (mlxr upgrade --help)" },
 	{ "doctor", cmd_doctor, "doctor                       which sandbox layers this kernel gives each role" },
 };
 
@@ -38,12 +38,13 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	upgrade_recover_at_start(); /* finishes an interrupted upgrade (release/install.c) */
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
 	}
 	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-		printf("mlxr %s\n", MLXR_VERSION);
+		printf("mlxr %s\n", mlxr_version);
 		return 0;
 	}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "help") || !strcmp(argv[1], "-h")) {
