@@ -589,6 +589,44 @@ fail:
 	return rc;
 }
 
+int pull_strip_flag(int *argc, char **argv)
+{
+	int k = 0, found = 0;
+	for (int i = 0; i < *argc; i++) {
+		if (i > 0 && !strcmp(argv[i], "--pull"))
+			found = 1;
+		else
+			argv[k++] = argv[i];
+	}
+	argv[k] = NULL;
+	*argc = k;
+	return found;
+}
+
+int pull_offer(const char *name, int auto_pull, char *dir, size_t dirlen, char *err, size_t errlen)
+{
+	char cerr[256];
+	struct stat sb;
+	/* Only a Hub name that is not a local path. */
+	if (name[0] == '.' || name[0] == '/' || stat(name, &sb) == 0 || store_check_name(name, cerr, sizeof(cerr)))
+		return -1;
+	if (!auto_pull) {
+		if (!isatty(0) || !isatty(2)) {
+			size_t n = strlen(err);
+			snprintf(err + n, errlen - n, " (add --pull to download it from the Hub, or run `mlxr pull %s`)", name);
+			return -1;
+		}
+		fprintf(stderr, "%s is not installed. Pull it from %s? [y/N] ", name, fclient_endpoint());
+		fflush(stderr);
+		char line[16];
+		if (!fgets(line, sizeof(line), stdin) || (line[0] != 'y' && line[0] != 'Y'))
+			return -1;
+	}
+	if (pull_model(name, NULL, 0, 0, err, errlen))
+		return -1;
+	return store_resolve(name, dir, dirlen, err, errlen);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: mlxr pull ORG/REPO [--revision REV] [--force] [--quiet]\n"

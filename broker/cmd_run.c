@@ -13,6 +13,7 @@
 
 #include "broker/cmds.h"
 #include "broker/runopts.h"
+#include "broker/fclient.h"
 #include "broker/store.h"
 #include "broker/wclient.h"
 
@@ -276,6 +277,7 @@ int cmd_run(int argc, char **argv)
 	int rc = 1;
 	runopts_defaults(&o);
 	err[0] = 0;
+	int want_pull = pull_strip_flag(&argc, argv); /* --pull: fetch a missing org/repo without asking */
 	if (runopts_parse(&o, argc, argv, err, sizeof(err)) || !o.model) {
 		if (err[0])
 			fprintf(stderr, "mlxr: run: %s\n", err);
@@ -283,7 +285,8 @@ int cmd_run(int argc, char **argv)
 		runopts_free(&o);
 		return 2;
 	}
-	if (store_resolve(o.model, dir, sizeof(dir), err, sizeof(err))) {
+	if (store_resolve(o.model, dir, sizeof(dir), err, sizeof(err)) &&
+	    pull_offer(o.model, want_pull, dir, sizeof(dir), err, sizeof(err))) {
 		fprintf(stderr, "mlxr: %s\n", err);
 		runopts_free(&o);
 		return 1;

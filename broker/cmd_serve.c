@@ -10,6 +10,7 @@
 
 #include "broker/cmds.h"
 #include "broker/serve.h"
+#include "broker/fclient.h"
 #include "broker/store.h"
 
 static const char usage[] =
@@ -51,6 +52,7 @@ int cmd_serve(int argc, char **argv)
 	serve_opts_default(&o);
 	const char *model = NULL, *name = NULL;
 	char genkey[80];
+	int want_pull = pull_strip_flag(&argc, argv); /* --pull: fetch a missing org/repo without asking */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -138,7 +140,8 @@ int cmd_serve(int argc, char **argv)
 		fprintf(stderr, "mlxr serve: --lan without --api-key: generated API key %s\n", genkey);
 	}
 	char dir[PATH_MAX], err[1024];
-	if (store_resolve(model, dir, sizeof(dir), err, sizeof(err))) {
+	if (store_resolve(model, dir, sizeof(dir), err, sizeof(err)) &&
+	    pull_offer(model, want_pull, dir, sizeof(dir), err, sizeof(err))) {
 		fprintf(stderr, "mlxr serve: %s\n", err);
 		return 1;
 	}

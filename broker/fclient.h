@@ -88,6 +88,16 @@ int fclient_get(const char *url, size_t max, char **body, size_t *len, char *err
  * err. */
 int pull_model(const char *name, const char *revision, int force, int quiet, char *err, size_t errlen);
 
+/* For run/serve: removes every "--pull" from argv (argc updated) and
+ * returns 1 when there was one. */
+int pull_strip_flag(int *argc, char **argv);
+/* Called where store_resolve(name) failed (its message in err): when name
+ * is an "org/repo" Hub name, pulls it — without asking when auto_pull, else
+ * after a yes on the terminal (no terminal: no pull, and err says
+ * `--pull`) — then resolves it again into dir. 0 when dir is now set; -1
+ * with err (the original message, or why the pull failed). */
+int pull_offer(const char *name, int auto_pull, char *dir, size_t dirlen, char *err, size_t errlen);
+
 /* Ends the fetcher, if one is running (also done at exit). */
 void fclient_stop(void);
 

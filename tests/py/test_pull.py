@@ -315,3 +315,38 @@ def test_search_lists_mlx_models(mlxr, hub, pki, home):
     assert "llama" in line[0] and "4-bit g64" in line[0] and line[0].rstrip().endswith("yes"), line[0]
     q = hub.requests("hub.test", "/api/models?")[0][2]
     assert "library=mlx" in q and "sort=likes" in q and "search=repo" in q and "limit=5" in q
+
+
+def test_ctrl_c_keeps_a_resumable_partial_file(mlxr, hub, pki, home, repo_files):
+    import signal
+    import time
+    hub.faults["stall"] = {"model.safetensors": 300_000}
+    hub.faults["stall_seconds"] = 15
+    p = subprocess.Popen([mlxr, "pull", "org/repo"], env=env_for(hub, pki, home), stderr=subprocess.PIPE, text=True)
+    part = partial(home) / "model.safetensors"
+    t0 = time.time()
+    while time.time() - t0 < 30 and not (part.exists() and part.stat().st_size >= 300_000):
+        time.sleep(0.05)
+    assert part.exists() and part.stat().st_size == 300_000
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert "run the same command to resume" in err
+    assert not installed(home)
+    del hub.faults["stall"]
+    r = pull(mlxr, env_for(hub, pki, home), "org/repo")
+    assert r.returncode == 0, r.stderr
+    assert hub.requests("cdn.test", "/lfs/")[-1][3].get("range") == "bytes=300000-"
+    assert (home / "models/org/repo/model.safetensors").read_bytes() == repo_files["model.safetensors"]
+
+
+def test_run_with_pull_downloads_a_missing_model(mlxr, hub, pki, home):
+    env = env_for(hub, pki, home)
+    r = subprocess.run([mlxr, "run", "org/repo", "--temp", "0", "--max", "4", "Hello"], env=env,
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode != 0 and "--pull" in r.stderr, r.stderr
+    assert not hub.requests()  # not a terminal: it did not ask and did not pull
+    r = subprocess.run([mlxr, "run", "org/repo", "--pull", "--temp", "0", "--max", "4", "Hello"], env=env,
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    assert installed(home)

@@ -242,6 +242,18 @@ class Hub:
             start = int(rng[6:-1])
         if start and f.get("bad_range_start"):
             start -= 1
+        stall = f.get("stall", {}).get(name)
+        if stall is not None:
+            h.send_response(status if start else 200)
+            h.send_header("ETag", etag)
+            h.send_header("Content-Length", str(len(blob) - start))
+            h.end_headers()
+            h.wfile.write(blob[start:start + stall])
+            h.wfile.flush()
+            import time
+            time.sleep(f.get("stall_seconds", 20))
+            h.close_connection = True
+            return
         cut = f.get("cut", {}).get(name)
         if start:
             body = blob[start:]
