@@ -291,6 +291,22 @@ static void conn_close(server *s, conn *c)
 	if (j) {
 		pthread_mutex_lock(&s->mu);
 		int done = j->done;
+		if (!done && !j->running) {
+			/* Still queued: leave the queue now, so the slot is free
+			 * for the next client at once. */
+			sjob **pp = &s->qhead, *prev = NULL;
+			while (*pp && *pp != j) {
+				prev = *pp;
+				pp = &(*pp)->next;
+			}
+			if (*pp) {
+				*pp = j->next;
+				if (s->qtail == j)
+					s->qtail = prev;
+				s->n_queued--;
+				done = 1;
+			}
+		}
 		if (!done) {
 			j->cancelled = 1; /* the generation callback returns nonzero */
 			j->orphan = 1;
