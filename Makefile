@@ -99,6 +99,43 @@ $(BUILD)/inproc-bench: $(BUILD)/obj/bench/inproc_bench.o $(BUILD)/libmlxr.a
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
+# ---- CUDA (kernels/cuda/, worker/forward_cuda.c; README "GPU") ----
+# Built automatically where nvcc exists (CI has it: CI compiles the CUDA
+# code and runs the CPU suite); skipped without it. The GPU tests and the
+# benchmark need a device, so they are not in unit-test: `make cuda-test`,
+# `make cuda-bench`. SASS for sm_90 (H100/H200) plus compute_80 PTX that
+# the driver compiles for other GPUs (sm_80 and newer) at load time.
+NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=compute_80
+ifneq ($(NVCC),)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NVCCFLAGS  = -O3 -std=c++17 -I. $(CUDA_ARCH) -Xcompiler -Wall,-Wextra $(if $(WERROR),-Werror all-warnings)
+CUDA_OBJ   = $(BUILD)/obj/kernels/cuda/kcuda.o
+CUDA_LDLIBS = -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+CUDA_TESTS = $(BUILD)/cuda-tests/test_cuda_kernels $(BUILD)/cuda-tests/test_cuda_forward
+CUDA_BINS  = $(CUDA_TESTS) $(BUILD)/cuda-bench
+all: $(CUDA_BINS)
+$(CUDA_OBJ): kernels/cuda/kcuda.cu kernels/cuda/kcuda.h kernels/kernels.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+# --as-needed: these binaries use neither libedit nor libsodium.
+$(BUILD)/cuda-tests/%: $(BUILD)/obj/tests/cuda/%.o $(BUILD)/libmlxr.a $(CUDA_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmlxr.a $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
+$(BUILD)/cuda-bench: $(BUILD)/obj/bench/cuda_bench.o $(BUILD)/libmlxr.a $(CUDA_OBJ)
+	$(CC) $(CFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmlxr.a $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
+endif
+.PHONY: cuda-test cuda-bench
+# CUDA_FIXTURES: model directories (with refs/refs.json) for the GPU-vs-CPU greedy check.
+CUDA_FIXTURES ?= $(wildcard $(PYENV)/fixtures/llama-*)
+cuda-test: $(CUDA_BINS)
+	@test -n "$(NVCC)" || { echo "cuda-test: no nvcc" >&2; exit 2; }
+	$(BUILD)/cuda-tests/test_cuda_kernels
+	$(BUILD)/cuda-tests/test_cuda_forward $(CUDA_FIXTURES)
+cuda-bench: $(CUDA_BINS)
+	@test -n "$(NVCC)" || { echo "cuda-bench: no nvcc" >&2; exit 2; }
+	$(BUILD)/cuda-bench
+
 # System packages (Debian 12, as root; idempotent).
 deps:
 	./tests/deps.sh

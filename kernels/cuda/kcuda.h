@@ -1,0 +1,129 @@
+/* kernels/cuda/kcuda.h — the CUDA backend: the same operations as
+ * kernels/kernels.h (quantized matvec and GEMM straight from the packed MLX
+ * codes, embedding, RMSNorm, RoPE, GLU, attention, token selection), on
+ * device memory, in plain C so that C callers need no CUDA header.
+ *
+ * Contract:
+ * - Every pointer handed to a kc_* kernel is device memory from kc_malloc
+ *   (or a kq_matrix whose w/scales/biases were filled by kc_matrix_upload),
+ *   except where a parameter says "host".
+ * - Kernels are queued on one stream per process (made by kc_init) and
+ *   return at once; nothing inside a kernel call waits on the device.
+ *   kc_sync() waits and reports the first error of the queued work.
+ * - Functions returning int return 0 or -1; kc_error() then holds one line.
+ *   A launch error is sticky until kc_sync() reports it.
+ * - Packing is MLX's (kernels/kernels.h): row r of a quantized matrix starts
+ *   at byte r*cols*bits/8, which is a multiple of 4 because cols is a
+ *   multiple of group_size >= 32; the device copy is 256-byte aligned, so
+ *   the kernels load whole uint32 words. Weights stay packed on the device;
+ *   nothing is dequantized into a stored copy.
+ * - Positions that change from one decode step to the next (the token's
+ *   position, the token id) are read from device memory (d_pos, d_tokens),
+ *   so one captured decode step (kc_graph_*) replays for every position.
+ * - Numerics: f32 accumulation everywhere; results agree with the CPU
+ *   reference within the tolerances tests/cuda/test_cuda_kernels.c names,
+ *   not bit for bit (the summation order differs).
+ */
+#ifndef MLXR_KCUDA_H
+#define MLXR_KCUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+/* Number of CUDA devices (0 when there is no driver or no device; never
+ * initialises more than the runtime needs to count). */
+int kc_device_count(void);
+/* Initialises device `dev` and makes the stream. */
+int kc_init(int dev);
+const char *kc_error(void);
+/* Device name and memory, for reports. */
+int kc_device_info(char *name, size_t namelen, size_t *mem_total);
+
+void *kc_malloc(size_t bytes);   /* NULL on failure (kc_error says why) */
+void kc_free(void *p);
+int kc_upload(void *dst, const void *host_src, size_t bytes);   /* ordered on the stream, synchronous */
+int kc_download(void *host_dst, const void *src, size_t bytes); /* waits for queued work first */
+int kc_memset(void *dst, int byte, size_t bytes);               /* queued */
+/* rows rows of width bytes from src (pitch spitch) to dst (pitch dpitch); queued. */
+int kc_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows);
+int kc_sync(void);
+
+/* Copies a host matrix (possibly unaligned mapped data) to the device in
+ * its stored form; dev gets the same shape with device pointers. */
+int kc_matrix_upload(const kq_matrix *host, kq_matrix *dev);
+void kc_matrix_free(kq_matrix *dev);
+/* Bytes the device copy occupies (codes + scales + biases). */
+uint64_t kc_matrix_bytes(const kq_matrix *m);
+/* Device-filled random matrix for benchmarks: codes uniform, scales in
+ * [smin, smax) and biases = -scale * (2^bits - 1) / 2 (zero-mean weights).
+ * sdt F16/BF16/F32. Dense (bits 0) is not supported here. */
+int kc_matrix_random(kq_matrix *dev, int rows, int cols, int bits, int group_size, kdtype sdt, float smin,
+		     float smax, uint64_t seed);
+int kc_fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed);
+
+/* ---- kernels (all queued on the stream) ---- */
+
+/* y[n][rows] = x[n][cols] W^T (+ bias[rows]). n == 1 takes the fused
+ * matvec; n > 1 the tiled GEMM (each weight tile dequantized once into
+ * shared memory and used for many tokens). */
+int kc_linear(const kq_matrix *m, const float *x, int n, const float *bias, float *y);
+/* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one
+ * launch when n == 1 and all have the same cols/bits/group/dtypes;
+ * otherwise one kc_linear each. bias[i] and y[i] per matrix. */
+#define KC_MAX_FUSE 3
+int kc_linear_multi(int count, const kq_matrix *const *ms, const float *x, int n, const float *const *bias,
+		    float *const *y);
+/* out[t][cols] = scale * row tokens[t] of W, t < n (tokens: device). */
+int kc_embed(const kq_matrix *m, const int *d_tokens, int n, float scale, float *out);
+/* out[r] = x[r] / rms(x[r]) * (w + add_one) for `rows` rows of n. */
+int kc_rmsnorm(const float *x, const float *w, int rows, int n, float eps, int add_one, float *out);
+/* The residual step: if post_w, r = rmsnorm(r, post_w) (sandwich norms);
+ * x += r; then if w, out = rmsnorm(x, w). rows rows of n. */
+int kc_add_rmsnorm(float *x, float *r, const float *post_w, const float *w, int rows, int n, float eps,
+		   int add_one, float *out);
+/* For each of n tokens at positions *d_pos + t: optional per-head RMSNorm
+ * of q and k (q_norm/k_norm non-NULL), RoPE on q and k (first rot_dim dims,
+ * pairs (i, i+rot_dim/2), theta = pos * inv_freq[i] in f32), then k and v
+ * appended to the caches at row pos ([ctx][nkv][hd]). q, k, v: [n][heads][hd]. */
+int kc_qk_rope_append(float *q, float *k, const float *v, int n, int nh, int nkv, int hd, int rot_dim,
+		      const int *d_pos, const float *inv_freq, float mscale, const float *q_norm,
+		      const float *k_norm, float eps, int add_one, float *kcache, float *vcache);
+/* gate[i] = act(gate[i]) * up[i]; act 0 SiLU, 1 GELU tanh, 2 GELU erf. */
+int kc_glu(float *gate, const float *up, size_t n, int act);
+int kc_softcap(float *x, size_t n, float cap);
+/* Causal attention of n queries at positions *d_pos + t over the caches
+ * (semantics of kernel_table.attention). Keys are cut into chunks of
+ * KC_ATT_CHUNK; each (token, kv head, chunk) block reads its K/V rows once
+ * for every q head of the GQA group, with an online softmax; a second
+ * kernel merges the chunks. max_keys bounds *d_pos + n (the cache size);
+ * scratch: kc_attention_scratch(n, nh, hd, max_keys) bytes. */
+#define KC_ATT_CHUNK 256
+size_t kc_attention_scratch(int n, int nh, int hd, int max_keys);
+int kc_attention(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
+		 int nh, int nkv, int hd, float scale, int window, float softcap, int max_keys, void *scratch);
+/* Greedy token selection on the device: d_out[0] = argmax(logits[vocab])
+ * (lowest index on ties, as sampler_argmax), and if d_hist, d_hist[*d_pos]
+ * = the token too. */
+int kc_argmax(const float *logits, int vocab, int *d_out, int *d_hist, const int *d_pos);
+/* *d_pos += n (queued: advances the position inside a captured step). */
+int kc_pos_advance(int *d_pos, int n);
+
+/* ---- graphs: capture the queued work once, replay it ---- */
+typedef struct kc_graph kc_graph;
+int kc_capture_begin(void);
+int kc_capture_end(kc_graph **g);
+int kc_graph_launch(kc_graph *g);
+void kc_graph_free(kc_graph *g);
+
+/* ---- timing and bandwidth ---- */
+/* Seconds between two points on the stream: kc_timer_mark(i) records
+ * event i (0..7); kc_timer_elapsed(a, b) waits and returns the seconds. */
+int kc_timer_mark(int i);
+double kc_timer_elapsed(int a, int b);
+/* Measured device-memory read bandwidth in bytes/s: a reduction over a
+ * buffer much larger than L2, median of several runs. */
+double kc_read_bandwidth(size_t bytes);
+
+#endif

@@ -1,0 +1,505 @@
+/* tests/cuda/test_cuda_kernels.c — every CUDA kernel against the CPU
+ * reference table (kernels_ref), on fresh random inputs, every bits x group
+ * size x scale dtype, with the device output poisoned (all bytes 0xFF, a
+ * NaN) before each run so an element the kernel never wrote fails.
+ *
+ * Not part of `make unit-test` (CI has no GPU): `make cuda-test`. Without a
+ * device it says so and exits 2 — it never passes without running.
+ *
+ * Tolerance: normwise ||gpu - ref|| / ||ref|| (f32 on both sides, only the
+ * summation order differs):
+ *   TOL_LINEAR 1e-5   matvec / GEMM / embed (f32 accumulation over cols)
+ *   TOL_ELEM   2e-6   norms, RoPE, GLU (a handful of f32 ops per element)
+ *   TOL_ATT    1e-5   attention (online vs two-pass softmax)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/kcuda.h"
+#include "kernels/kernels.h"
+
+#define TOL_LINEAR 1e-5
+#define TOL_ELEM 2e-6
+#define TOL_ATT 1e-5
+
+static int failures, checks;
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 11);
+}
+
+static float frand(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f;
+}
+
+static void fill(float *p, size_t n, float lo, float hi)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = frand(lo, hi);
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "FATAL %s: %s\n", what, kc_error());
+	exit(1);
+}
+
+static void *dalloc(size_t bytes)
+{
+	void *p = kc_malloc(bytes);
+	if (!p)
+		die("kc_malloc");
+	return p;
+}
+
+static float *dup_dev(const float *h, size_t n)
+{
+	float *d = dalloc(n * 4);
+	if (kc_upload(d, h, n * 4))
+		die("upload");
+	return d;
+}
+
+static void poison(void *d, size_t bytes)
+{
+	if (kc_memset(d, 0xff, bytes))
+		die("memset");
+}
+
+/* Downloads n floats and compares normwise; every element must be finite. */
+static void compare(const char *name, const float *dev, const float *ref, size_t n, double tol)
+{
+	float *got = malloc(n * 4);
+	if (kc_sync())
+		die(name);
+	if (kc_download(got, dev, n * 4))
+		die("download");
+	double num = 0, den = 0;
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(got[i])) {
+			bad++;
+			continue;
+		}
+		double d = (double)got[i] - ref[i];
+		num += d * d;
+		den += (double)ref[i] * ref[i];
+	}
+	double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+	checks++;
+	if (bad || !(rel <= tol)) {
+		failures++;
+		printf("FAIL %-46s rel %.3g (tol %.1g) unwritten/non-finite %zu of %zu\n", name, rel, tol, bad, n);
+	} else if (getenv("VERBOSE")) {
+		printf("ok   %-46s rel %.3g\n", name, rel);
+	}
+	free(got);
+}
+
+static size_t dt_size(kdtype dt)
+{
+	return dt == KDT_F32 ? 4 : 2;
+}
+
+static void store(kdtype dt, void *p, size_t i, float v)
+{
+	if (dt == KDT_F32)
+		((float *)p)[i] = v;
+	else if (dt == KDT_F16)
+		((uint16_t *)p)[i] = k_f32_to_f16(v);
+	else
+		((uint16_t *)p)[i] = k_f32_to_bf16(v);
+}
+
+/* Host matrix with random codes, scales and biases (zero-mean weights of
+ * size ~ 1/sqrt(cols)); dense when bits == 0 (element type sdt). */
+static kq_matrix host_matrix(int rows, int cols, int bits, int gs, kdtype sdt)
+{
+	kq_matrix m = {rows, cols, bits, gs, sdt, sdt, NULL, NULL, NULL};
+	if (!bits) {
+		void *w = malloc((size_t)rows * cols * dt_size(sdt));
+		for (size_t i = 0; i < (size_t)rows * cols; i++)
+			store(sdt, w, i, frand(-1, 1) / sqrtf((float)cols));
+		m.w = w;
+		return m;
+	}
+	size_t wb = (size_t)rows * cols * bits / 8, ng = (size_t)rows * (cols / gs);
+	uint8_t *w = malloc(wb);
+	for (size_t i = 0; i < wb; i++)
+		w[i] = (uint8_t)rnd();
+	void *s = malloc(ng * dt_size(sdt)), *b = malloc(ng * dt_size(sdt));
+	float mx = (float)((1 << bits) - 1);
+	for (size_t i = 0; i < ng; i++) {
+		float sc = frand(0.5f, 1.5f) * 3.4f / mx / sqrtf((float)cols);
+		store(sdt, s, i, sc);
+		store(sdt, b, i, -sc * mx * 0.5f + frand(-0.1f, 0.1f) * sc);
+	}
+	m.w = w;
+	m.scales = s;
+	m.biases = b;
+	return m;
+}
+
+static void host_free(kq_matrix *m)
+{
+	free((void *)m->w);
+	free((void *)m->scales);
+	free((void *)m->biases);
+}
+
+static const char *dtn(kdtype d)
+{
+	return d == KDT_F32 ? "f32" : d == KDT_F16 ? "f16" : "bf16";
+}
+
+/* matvec (n=1), GEMM (n = 5 and 70: partial tiles), embed, with and without bias. */
+static void test_linear(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt)
+{
+	char name[96];
+	kq_matrix h = host_matrix(rows, cols, bits, gs, sdt), d;
+	if (kc_matrix_upload(&h, &d))
+		die("matrix upload");
+	int ns[3] = {1, 5, 70};
+	for (int k = 0; k < 3; k++) {
+		int n = ns[k];
+		float *x = malloc((size_t)n * cols * 4), *bias = malloc((size_t)rows * 4), *ref = malloc((size_t)n * rows * 4);
+		fill(x, (size_t)n * cols, -1, 1);
+		fill(bias, (size_t)rows, -1, 1);
+		int use_bias = k != 1;
+		if (n == 1)
+			R->matvec(&h, x, use_bias ? bias : NULL, ref);
+		else
+			R->matmul(&h, x, n, use_bias ? bias : NULL, ref);
+		float *dx = dup_dev(x, (size_t)n * cols), *db = dup_dev(bias, (size_t)rows), *dy = dalloc((size_t)n * rows * 4);
+		poison(dy, (size_t)n * rows * 4);
+		if (kc_linear(&d, dx, n, use_bias ? db : NULL, dy))
+			die("kc_linear");
+		snprintf(name, sizeof(name), "%s b%d g%d %s %dx%d n%d%s", n == 1 ? "matvec" : "gemm", bits, gs, dtn(sdt),
+			 rows, cols, n, use_bias ? " +bias" : "");
+		compare(name, dy, ref, (size_t)n * rows, TOL_LINEAR);
+		kc_free(dx);
+		kc_free(db);
+		kc_free(dy);
+		free(x);
+		free(bias);
+		free(ref);
+	}
+	/* embedding of three rows (first, last, random) */
+	int toks[3] = {0, rows - 1, (int)(rnd() % (unsigned)rows)};
+	float *ref = malloc((size_t)3 * cols * 4);
+	for (int t = 0; t < 3; t++) {
+		R->embed(&h, toks[t], ref + (size_t)t * cols);
+		for (int j = 0; j < cols; j++)
+			ref[(size_t)t * cols + j] *= 1.5f;
+	}
+	int *dt = dalloc(sizeof(toks));
+	if (kc_upload(dt, toks, sizeof(toks)))
+		die("upload");
+	float *dy = dalloc((size_t)3 * cols * 4);
+	poison(dy, (size_t)3 * cols * 4);
+	if (kc_embed(&d, dt, 3, 1.5f, dy))
+		die("kc_embed");
+	snprintf(name, sizeof(name), "embed b%d g%d %s %dx%d", bits, gs, dtn(sdt), rows, cols);
+	compare(name, dy, ref, (size_t)3 * cols, TOL_LINEAR);
+	kc_free(dt);
+	kc_free(dy);
+	free(ref);
+	kc_matrix_free(&d);
+	host_free(&h);
+}
+
+/* q/k/v-style fusion: three matrices sharing x in one launch. */
+static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt)
+{
+	int cols = gs * 4, rows[3] = {96, 33, 33};
+	kq_matrix h[3], d[3];
+	const kq_matrix *dp[3];
+	float *x = malloc((size_t)cols * 4), *ref[3], *bias[3], *dy[3];
+	const float *db[3];
+	fill(x, (size_t)cols, -1, 1);
+	float *dx = dup_dev(x, (size_t)cols);
+	for (int i = 0; i < 3; i++) {
+		h[i] = host_matrix(rows[i], cols, bits, gs, sdt);
+		if (kc_matrix_upload(&h[i], &d[i]))
+			die("upload");
+		dp[i] = &d[i];
+		bias[i] = malloc((size_t)rows[i] * 4);
+		fill(bias[i], (size_t)rows[i], -1, 1);
+		ref[i] = malloc((size_t)rows[i] * 4);
+		R->matvec(&h[i], x, i == 1 ? NULL : bias[i], ref[i]);
+		db[i] = i == 1 ? NULL : dup_dev(bias[i], (size_t)rows[i]);
+		dy[i] = dalloc((size_t)rows[i] * 4);
+		poison(dy[i], (size_t)rows[i] * 4);
+	}
+	if (kc_linear_multi(3, dp, dx, 1, db, dy))
+		die("kc_linear_multi");
+	for (int i = 0; i < 3; i++) {
+		char name[96];
+		snprintf(name, sizeof(name), "fused matvec b%d g%d %s part %d", bits, gs, dtn(sdt), i);
+		compare(name, dy[i], ref[i], (size_t)rows[i], TOL_LINEAR);
+		kc_free(dy[i]);
+		kc_free((void *)db[i]);
+		kc_matrix_free(&d[i]);
+		host_free(&h[i]);
+		free(bias[i]);
+		free(ref[i]);
+	}
+	kc_free(dx);
+	free(x);
+}
+
+static void test_norms(const kernel_table *R)
+{
+	int rows = 3, n = 1000;
+	size_t N = (size_t)rows * n;
+	for (int one = 0; one < 2; one++) {
+		float *x = malloc(N * 4), *w = malloc((size_t)n * 4), *ref = malloc(N * 4);
+		fill(x, N, -2, 2);
+		fill(w, (size_t)n, one ? -0.2f : 0.8f, one ? 0.2f : 1.2f);
+		for (int i = 0; i < rows; i++)
+			R->rmsnorm(x + (size_t)i * n, w, n, 1e-6f, one, ref + (size_t)i * n);
+		float *dx = dup_dev(x, N), *dw = dup_dev(w, (size_t)n), *dy = dalloc(N * 4);
+		poison(dy, N * 4);
+		if (kc_rmsnorm(dx, dw, rows, n, 1e-6f, one, dy))
+			die("kc_rmsnorm");
+		compare(one ? "rmsnorm (1+w)" : "rmsnorm", dy, ref, N, TOL_ELEM);
+		kc_free(dx);
+		kc_free(dw);
+		kc_free(dy);
+		free(x);
+		free(w);
+		free(ref);
+	}
+}
+
+/* The residual kernel, checked separately with its own inputs. */
+static void test_add_rmsnorm(const kernel_table *R, int sandwich, int one, int has_w)
+{
+	int rows = 4, n = 777;
+	size_t N = (size_t)rows * n;
+	float *x = malloc(N * 4), *r = malloc(N * 4), *w = malloc((size_t)n * 4), *pw = malloc((size_t)n * 4);
+	float *refx = malloc(N * 4), *ref = malloc(N * 4), *rr = malloc(N * 4);
+	fill(x, N, -2, 2);
+	fill(r, N, -2, 2);
+	fill(w, (size_t)n, 0.5f, 1.5f);
+	fill(pw, (size_t)n, 0.5f, 1.5f);
+	float *dx = dup_dev(x, N), *dr = dup_dev(r, N), *dw = dup_dev(w, (size_t)n), *dpw = dup_dev(pw, (size_t)n);
+	float *dy = dalloc(N * 4);
+	poison(dy, N * 4);
+	memcpy(rr, r, N * 4);
+	for (int i = 0; i < rows; i++) {
+		float *ri = rr + (size_t)i * n, *xi = x + (size_t)i * n;
+		if (sandwich)
+			R->rmsnorm(ri, pw, n, 1e-5f, one, ri);
+		for (int j = 0; j < n; j++)
+			xi[j] += ri[j];
+		if (has_w)
+			R->rmsnorm(xi, w, n, 1e-5f, one, ref + (size_t)i * n);
+	}
+	memcpy(refx, x, N * 4);
+	if (kc_add_rmsnorm(dx, dr, sandwich ? dpw : NULL, has_w ? dw : NULL, rows, n, 1e-5f, one, dy))
+		die("kc_add_rmsnorm");
+	char name[96];
+	snprintf(name, sizeof(name), "add_rmsnorm sandwich=%d add_one=%d x", sandwich, one);
+	compare(name, dx, refx, N, TOL_ELEM);
+	if (has_w) {
+		snprintf(name, sizeof(name), "add_rmsnorm sandwich=%d add_one=%d out", sandwich, one);
+		compare(name, dy, ref, N, TOL_ELEM);
+	}
+	kc_free(dx); kc_free(dr); kc_free(dw); kc_free(dpw); kc_free(dy);
+	free(x); free(r); free(w); free(pw); free(refx); free(ref); free(rr);
+}
+
+/* q/k norm + RoPE + KV append against rmsnorm + rope + copy on the CPU. */
+static void test_rope(const kernel_table *R, int n, int nh, int nkv, int hd, int rot, int norm, float mscale, int pos0)
+{
+	size_t qn = (size_t)n * nh * hd, kn = (size_t)n * nkv * hd;
+	int ctx = pos0 + n + 3;
+	size_t cn = (size_t)ctx * nkv * hd;
+	float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *inv = malloc((size_t)rot / 2 * 4);
+	float *qw = malloc((size_t)hd * 4), *kw = malloc((size_t)hd * 4);
+	float *kref = calloc(cn, 4), *vref = calloc(cn, 4);
+	fill(q, qn, -2, 2);
+	fill(k, kn, -2, 2);
+	fill(v, kn, -2, 2);
+	fill(qw, (size_t)hd, 0.5f, 1.5f);
+	fill(kw, (size_t)hd, 0.5f, 1.5f);
+	for (int i = 0; i < rot / 2; i++)
+		inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)rot);
+	float *dq = dup_dev(q, qn), *dk = dup_dev(k, kn), *dv = dup_dev(v, kn), *dinv = dup_dev(inv, (size_t)rot / 2);
+	float *dqw = dup_dev(qw, (size_t)hd), *dkw = dup_dev(kw, (size_t)hd);
+	float *dkc = dalloc(cn * 4), *dvc = dalloc(cn * 4);
+	int *dpos = dalloc(sizeof(int));
+	if (kc_upload(dpos, &pos0, sizeof(int)))
+		die("upload");
+	if (kc_memset(dkc, 0, cn * 4) || kc_memset(dvc, 0, cn * 4))
+		die("memset");
+	for (int t = 0; t < n; t++) {
+		float *qt = q + (size_t)t * nh * hd, *kt = k + (size_t)t * nkv * hd;
+		if (norm) {
+			for (int h = 0; h < nh; h++)
+				R->rmsnorm(qt + h * hd, qw, hd, 1e-6f, 0, qt + h * hd);
+			for (int h = 0; h < nkv; h++)
+				R->rmsnorm(kt + h * hd, kw, hd, 1e-6f, 0, kt + h * hd);
+		}
+		R->rope(qt, nh, hd, rot, pos0 + t, inv, mscale);
+		R->rope(kt, nkv, hd, rot, pos0 + t, inv, mscale);
+		memcpy(kref + (size_t)(pos0 + t) * nkv * hd, kt, (size_t)nkv * hd * 4);
+		memcpy(vref + (size_t)(pos0 + t) * nkv * hd, v + (size_t)t * nkv * hd, (size_t)nkv * hd * 4);
+	}
+	if (kc_qk_rope_append(dq, dk, dv, n, nh, nkv, hd, rot, dpos, dinv, mscale, norm ? dqw : NULL,
+			      norm ? dkw : NULL, 1e-6f, 0, dkc, dvc))
+		die("kc_qk_rope_append");
+	char name[96];
+	snprintf(name, sizeof(name), "rope q n%d h%d/%d hd%d rot%d norm%d pos%d", n, nh, nkv, hd, rot, norm, pos0);
+	compare(name, dq, q, qn, TOL_ELEM);
+	snprintf(name, sizeof(name), "rope k-cache n%d hd%d rot%d norm%d", n, hd, rot, norm);
+	compare(name, dkc, kref, cn, TOL_ELEM);
+	snprintf(name, sizeof(name), "v-cache append n%d hd%d", n, hd);
+	compare(name, dvc, vref, cn, 0.0);
+	kc_free(dq); kc_free(dk); kc_free(dv); kc_free(dinv); kc_free(dqw); kc_free(dkw); kc_free(dkc); kc_free(dvc);
+	kc_free(dpos);
+	free(q); free(k); free(v); free(inv); free(qw); free(kw); free(kref); free(vref);
+}
+
+static void test_glu(const kernel_table *R, int act)
+{
+	size_t n = 10000;
+	float *g = malloc(n * 4), *u = malloc(n * 4), *ref = malloc(n * 4);
+	fill(g, n, -6, 6);
+	fill(u, n, -2, 2);
+	float *dg = dup_dev(g, n), *du = dup_dev(u, n);
+	memcpy(ref, g, n * 4);
+	if (act < 2) {
+		R->glu(ref, u, (int)n, act);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			ref[i] = 0.5f * g[i] * (1.0f + erff(g[i] / sqrtf(2.0f))) * u[i];
+	}
+	if (kc_glu(dg, du, n, act))
+		die("kc_glu");
+	char name[64];
+	snprintf(name, sizeof(name), "glu act %d", act);
+	compare(name, dg, ref, n, TOL_ELEM);
+	kc_free(dg); kc_free(du);
+	free(g); free(u); free(ref);
+}
+
+static void test_attention(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window, float softcap)
+{
+	int keys = pos0 + n, ctx = keys + 5;
+	size_t qn = (size_t)n * nh * hd, cn = (size_t)ctx * nkv * hd;
+	float *q = malloc(qn * 4), *k = malloc(cn * 4), *v = malloc(cn * 4), *ref = malloc(qn * 4);
+	float *scratch = malloc((size_t)n * keys * 4);
+	fill(q, qn, -1, 1);
+	fill(k, cn, -1, 1);
+	fill(v, cn, -1, 1);
+	float scale = 1.0f / sqrtf((float)hd) * 3.0f; /* sharper than usual: the softmax must matter */
+	R->attention(q, k, v, ref, n, pos0, nh, nkv, hd, scale, window, softcap, scratch);
+	float *dq = dup_dev(q, qn), *dk = dup_dev(k, cn), *dv = dup_dev(v, cn), *dy = dalloc(qn * 4);
+	int *dpos = dalloc(sizeof(int));
+	if (kc_upload(dpos, &pos0, sizeof(int)))
+		die("upload");
+	void *sc = dalloc(kc_attention_scratch(n, nh, hd, ctx));
+	poison(dy, qn * 4);
+	poison(sc, kc_attention_scratch(n, nh, hd, ctx));
+	if (kc_attention(dq, dk, dv, dy, n, dpos, nh, nkv, hd, scale, window, softcap, ctx, sc))
+		die("kc_attention");
+	char name[96];
+	snprintf(name, sizeof(name), "attention n%d pos%d h%d/%d hd%d win%d cap%g", n, pos0, nh, nkv, hd, window,
+		 (double)softcap);
+	compare(name, dy, ref, qn, TOL_ATT);
+	kc_free(dq); kc_free(dk); kc_free(dv); kc_free(dy); kc_free(dpos); kc_free(sc);
+	free(q); free(k); free(v); free(ref); free(scratch);
+}
+
+static void test_argmax(void)
+{
+	int vocab = 50000;
+	for (int trial = 0; trial < 4; trial++) {
+		float *l = malloc((size_t)vocab * 4);
+		fill(l, (size_t)vocab, -10, 10);
+		int a = (int)(rnd() % (unsigned)vocab), b = (int)(rnd() % (unsigned)vocab);
+		l[a] = 20.0f;
+		if (trial & 1)
+			l[b] = 20.0f; /* a tie: the lower index wins, as sampler_argmax */
+		int want = (trial & 1) && b < a ? b : a;
+		float *dl = dup_dev(l, (size_t)vocab);
+		int *out = dalloc(2 * sizeof(int)), *hist = dalloc(16 * sizeof(int)), *dpos = dalloc(sizeof(int));
+		int pos = 7, got[16];
+		if (kc_upload(dpos, &pos, sizeof(int)))
+			die("upload");
+		poison(out, 2 * sizeof(int));
+		poison(hist, 16 * sizeof(int));
+		if (kc_argmax(dl, vocab, out, hist, dpos) || kc_sync() || kc_download(got, out, sizeof(int)) ||
+		    kc_download(got + 1, hist + 7, sizeof(int)))
+			die("argmax");
+		checks++;
+		if (got[0] != want || got[1] != want) {
+			failures++;
+			printf("FAIL argmax trial %d: got %d/%d want %d\n", trial, got[0], got[1], want);
+		}
+		kc_free(dl); kc_free(out); kc_free(hist); kc_free(dpos);
+		free(l);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	if (kc_device_count() < 1) {
+		printf("UNAVAILABLE: no CUDA device — nothing was tested\n");
+		return 2;
+	}
+	if (kc_init(0))
+		die("kc_init");
+	char dev[128];
+	size_t mem = 0;
+	kc_device_info(dev, sizeof(dev), &mem);
+	printf("device: %s, %.1f GiB\n", dev, (double)mem / (1 << 30));
+	const kernel_table *R = kernels_ref();
+	static const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+	for (int bi = 0; bi < 6; bi++)
+		for (int gi = 0; gi < 3; gi++)
+			for (int dt = 0; dt < KDT_COUNT; dt++) {
+				test_linear(R, 67, groups[gi] * 5, bits[bi], groups[gi], (kdtype)dt);
+				test_fused(R, bits[bi], groups[gi], (kdtype)dt);
+			}
+	/* real-size rows: many packs per lane, vector loads */
+	test_linear(R, 300, 4096, 4, 64, KDT_F16);
+	test_linear(R, 130, 14336, 4, 64, KDT_BF16);
+	test_linear(R, 64, 2048, 8, 128, KDT_F32);
+	for (int dt = 0; dt < KDT_COUNT; dt++) /* dense weights, cols not a multiple of anything */
+		test_linear(R, 37, 101, 0, 0, (kdtype)dt);
+	test_norms(R);
+	for (int s = 0; s < 2; s++)
+		for (int one = 0; one < 2; one++) {
+			test_add_rmsnorm(R, s, one, 1);
+			test_add_rmsnorm(R, s, one, 0);
+		}
+	test_rope(R, 3, 4, 2, 64, 64, 0, 1.0f, 1000);
+	test_rope(R, 5, 8, 2, 128, 128, 1, 1.0f, 4000);
+	test_rope(R, 2, 4, 4, 96, 48, 1, 1.19f, 17); /* partial rotation, LongRoPE scale */
+	test_rope(R, 1, 4, 1, 256, 256, 1, 1.0f, 123456);
+	for (int act = 0; act < 3; act++)
+		test_glu(R, act);
+	test_attention(R, 1, 0, 4, 2, 64, 0, 0);          /* first token */
+	test_attention(R, 1, 300, 8, 2, 128, 0, 0);       /* decode, GQA 4 */
+	test_attention(R, 1, 4100, 32, 8, 128, 0, 0);     /* decode at 4K, 8B shape */
+	test_attention(R, 37, 5, 4, 1, 64, 16, 50.0f);    /* prefill, window, softcap */
+	test_attention(R, 20, 0, 16, 1, 256, 0, 0);       /* rep 16: two groups per kv head */
+	test_attention(R, 300, 20, 6, 2, 96, 0, 0);       /* head_dim not a power of 2, several chunks */
+	test_attention(R, 70, 600, 8, 8, 32, 100, 0);     /* MHA, window across chunks */
+	test_argmax();
+	printf("%d checks, %d failed\n", checks, failures);
+	return failures ? 1 : 0;
+}

@@ -1,0 +1,382 @@
+/* worker/forward_cuda.c — the forward pass on a CUDA device (see
+ * forward_cuda.h). Reads top to bottom like worker/forward.c; the
+ * differences are fusions: q/k/v and gate/up in one launch when they share
+ * an input, q/k norm + RoPE + KV append in one kernel, the residual add
+ * fused with the next RMSNorm, and token selection on the device. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/forward_cuda.h"
+
+/* ---- weights ---- */
+
+static float *up_f32(const float *h, size_t n)
+{
+	if (!h)
+		return NULL;
+	float *d = kc_malloc(n * sizeof(float));
+	if (d && kc_upload(d, h, n * sizeof(float))) {
+		kc_free(d);
+		return NULL;
+	}
+	return d;
+}
+
+#define UPM(dst, src) do { if (kc_matrix_upload(&(src), &(dst))) goto fail; g->device_bytes += kc_matrix_bytes(&(dst)); } while (0)
+#define UPF(dst, src, n) do { if ((src) && !((dst) = up_f32((src), (n)))) goto fail; } while (0)
+
+int gpu_model_upload(gpu_model *g, const model *m, char *err, size_t errlen)
+{
+	const model_config *c = &m->cfg;
+	memset(g, 0, sizeof(*g));
+	g->cfg = *c;
+	g->layers = calloc((size_t)c->n_layers, sizeof(gpu_layer));
+	if (!g->layers)
+		goto fail;
+	UPM(g->embed, m->embed);
+	if (c->tied)
+		g->lm_head = g->embed;
+	else
+		UPM(g->lm_head, m->lm_head);
+	UPF(g->final_norm, m->final_norm, (size_t)c->hidden);
+	UPF(g->inv_freq, c->inv_freq, (size_t)c->rot_dim / 2);
+	if (c->inv_freq_local && c->inv_freq_local != c->inv_freq)
+		UPF(g->inv_freq_local, c->inv_freq_local, (size_t)c->rot_dim / 2);
+	else
+		g->inv_freq_local = g->inv_freq;
+	for (int l = 0; l < c->n_layers; l++) {
+		const layer_weights *L = &m->layers[l];
+		gpu_layer *G = &g->layers[l];
+		size_t H = (size_t)c->hidden, hd = (size_t)c->head_dim;
+		UPM(G->q, L->q);
+		if (!c->fused_qkv) {
+			UPM(G->k, L->k);
+			UPM(G->v, L->v);
+		}
+		UPM(G->o, L->o);
+		UPM(G->gate, L->gate);
+		if (!c->fused_qkv)
+			UPM(G->up, L->up);
+		UPM(G->down, L->down);
+		UPF(G->q_bias, L->q_bias, (size_t)L->q.rows);
+		UPF(G->k_bias, L->k_bias, (size_t)L->k.rows);
+		UPF(G->v_bias, L->v_bias, (size_t)L->v.rows);
+		UPF(G->o_bias, L->o_bias, (size_t)L->o.rows);
+		UPF(G->attn_norm, L->attn_norm, H);
+		UPF(G->ffn_norm, L->ffn_norm, H);
+		UPF(G->post_attn_norm, L->post_attn_norm, H);
+		UPF(G->post_ffn_norm, L->post_ffn_norm, H);
+		UPF(G->q_norm, L->q_norm, hd);
+		UPF(G->k_norm, L->k_norm, hd);
+	}
+	g->decode_bytes = m->decode_bytes;
+	return 0;
+fail:
+	snprintf(err, errlen, "cuda: uploading the weights: %s", kc_error());
+	gpu_model_free(g);
+	return -1;
+}
+
+static float *rand_f32(size_t n, float lo, float hi, uint64_t seed)
+{
+	float *d = kc_malloc(n * sizeof(float));
+	if (d && kc_fill_uniform(d, n, lo, hi, seed)) {
+		kc_free(d);
+		return NULL;
+	}
+	return d;
+}
+
+int gpu_model_random(gpu_model *g, const model_config *c, int bits, int gs, uint64_t seed, char *err,
+		     size_t errlen)
+{
+	memset(g, 0, sizeof(*g));
+	g->cfg = *c;
+	const int H = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim, I = c->inter;
+	g->layers = calloc((size_t)c->n_layers, sizeof(gpu_layer));
+	if (!g->layers)
+		goto fail;
+	/* scales ~ 2/(2^bits-1)/sqrt(cols): weights of variance ~1/cols */
+#define RM(dst, r, cc) do { float s_ = 3.4f / (float)((1 << bits) - 1) / sqrtf((float)(cc)); \
+	if (kc_matrix_random(&(dst), (r), (cc), bits, gs, KDT_F16, 0.5f * s_, 1.5f * s_, seed++)) goto fail; \
+	g->device_bytes += kc_matrix_bytes(&(dst)); } while (0)
+	RM(g->embed, c->vocab, H);
+	if (c->tied)
+		g->lm_head = g->embed;
+	else
+		RM(g->lm_head, c->vocab, H);
+	if (!(g->final_norm = rand_f32((size_t)H, 0.9f, 1.1f, seed++)))
+		goto fail;
+	g->inv_freq = up_f32(c->inv_freq, (size_t)c->rot_dim / 2);
+	if (!g->inv_freq)
+		goto fail;
+	g->inv_freq_local = g->inv_freq;
+	for (int l = 0; l < c->n_layers; l++) {
+		gpu_layer *G = &g->layers[l];
+		RM(G->q, qd, H);
+		RM(G->k, kvd, H);
+		RM(G->v, kvd, H);
+		RM(G->o, H, qd);
+		RM(G->gate, I, H);
+		RM(G->up, I, H);
+		RM(G->down, H, I);
+		if (!(G->attn_norm = rand_f32((size_t)H, 0.9f, 1.1f, seed++)) ||
+		    !(G->ffn_norm = rand_f32((size_t)H, 0.9f, 1.1f, seed++)))
+			goto fail;
+		if (c->qk_norm && (!(G->q_norm = rand_f32((size_t)c->head_dim, 0.9f, 1.1f, seed++)) ||
+				   !(G->k_norm = rand_f32((size_t)c->head_dim, 0.9f, 1.1f, seed++))))
+			goto fail;
+		g->decode_bytes += kc_matrix_bytes(&G->q) + kc_matrix_bytes(&G->k) + kc_matrix_bytes(&G->v) +
+				   kc_matrix_bytes(&G->o) + kc_matrix_bytes(&G->gate) + kc_matrix_bytes(&G->up) +
+				   kc_matrix_bytes(&G->down);
+	}
+#undef RM
+	g->decode_bytes += kc_matrix_bytes(&g->lm_head) + (uint64_t)H * 4;
+	if (kc_sync())
+		goto fail;
+	return 0;
+fail:
+	snprintf(err, errlen, "cuda: random weights: %s", kc_error());
+	gpu_model_free(g);
+	return -1;
+}
+
+void gpu_model_free(gpu_model *g)
+{
+	if (g->layers) {
+		for (int l = 0; l < g->cfg.n_layers; l++) {
+			gpu_layer *G = &g->layers[l];
+			kq_matrix *ms[] = {&G->q, &G->k, &G->v, &G->o, &G->gate, &G->up, &G->down};
+			for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++)
+				kc_matrix_free(ms[i]);
+			float *fs[] = {G->q_bias, G->k_bias, G->v_bias, G->o_bias, G->attn_norm, G->ffn_norm,
+				       G->post_attn_norm, G->post_ffn_norm, G->q_norm, G->k_norm};
+			for (size_t i = 0; i < sizeof(fs) / sizeof(fs[0]); i++)
+				kc_free(fs[i]);
+		}
+		free(g->layers);
+	}
+	if (g->lm_head.w != g->embed.w)
+		kc_matrix_free(&g->lm_head);
+	kc_matrix_free(&g->embed);
+	kc_free(g->final_norm);
+	if (g->inv_freq_local != g->inv_freq)
+		kc_free(g->inv_freq_local);
+	kc_free(g->inv_freq);
+	memset(g, 0, sizeof(*g));
+}
+
+/* ---- state ---- */
+
+int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch)
+{
+	const model_config *c = &g->cfg;
+	memset(s, 0, sizeof(*s));
+	if (ctx < 1 || max_batch < 1)
+		return -1;
+	s->ctx = ctx;
+	s->max_batch = max_batch;
+	size_t B = (size_t)max_batch, H = (size_t)c->hidden;
+	size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+	size_t wide = H > qd ? H : qd;
+	size_t kv = (size_t)c->n_layers * (size_t)ctx * kvd;
+	size_t fused = qd + 2 * kvd > 2 * (size_t)c->inter ? qd + 2 * kvd : 2 * (size_t)c->inter;
+	/* the attention chunking depends on n: size for the largest need */
+	size_t sc1 = kc_attention_scratch(max_batch < 15 ? max_batch : 15, c->n_heads, c->head_dim, ctx);
+	size_t scb = kc_attention_scratch(max_batch, c->n_heads, c->head_dim, ctx);
+	s->k = kc_malloc(kv * 4);
+	s->v = kc_malloc(kv * 4);
+	s->x = kc_malloc(B * H * 4);
+	s->xb = kc_malloc(B * H * 4);
+	s->q = kc_malloc(B * qd * 4);
+	s->kk = kc_malloc(B * kvd * 4);
+	s->vv = kc_malloc(B * kvd * 4);
+	s->att = kc_malloc(B * qd * 4);
+	s->tmp = kc_malloc(B * wide * 4);
+	s->gate = kc_malloc(B * (size_t)c->inter * 4);
+	s->up = kc_malloc(B * (size_t)c->inter * 4);
+	s->fused = c->fused_qkv ? kc_malloc(B * fused * 4) : NULL;
+	s->logits = kc_malloc(B * (size_t)c->vocab * 4);
+	s->att_scratch = kc_malloc(sc1 > scb ? sc1 : scb);
+	s->d_pos = kc_malloc(sizeof(int));
+	s->d_tokens = kc_malloc(B * sizeof(int));
+	s->d_next = kc_malloc(sizeof(int));
+	s->d_hist = kc_malloc((size_t)ctx * sizeof(int));
+	if (!s->k || !s->v || !s->x || !s->xb || !s->q || !s->kk || !s->vv || !s->att || !s->tmp || !s->gate ||
+	    !s->up || (c->fused_qkv && !s->fused) || !s->logits || !s->att_scratch || !s->d_pos || !s->d_tokens ||
+	    !s->d_next || !s->d_hist) {
+		gpu_state_free(s);
+		return -1;
+	}
+	gpu_state_reset(s);
+	return kc_sync();
+}
+
+void gpu_state_free(gpu_state *s)
+{
+	void *ps[] = {s->k, s->v, s->x, s->xb, s->q, s->kk, s->vv, s->att, s->tmp, s->gate, s->up, s->fused,
+		      s->logits, s->att_scratch, s->d_pos, s->d_tokens, s->d_next, s->d_hist};
+	for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
+		kc_free(ps[i]);
+	kc_graph_free(s->step);
+	memset(s, 0, sizeof(*s));
+}
+
+void gpu_state_reset(gpu_state *s)
+{
+	s->pos = 0;
+	kc_memset(s->d_pos, 0, sizeof(int));
+}
+
+/* ---- forward ---- */
+
+/* Queues the pass for n tokens whose ids are in device memory at positions
+ * *d_pos.. (all positions read on the device), and *d_pos += n. */
+static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int n, int all_logits)
+{
+	const model_config *c = &g->cfg;
+	const int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+	const int qd = nh * hd, kvd = nkv * hd, I = c->inter;
+	const int one = c->norm_add_one;
+	if (kc_embed(&g->embed, d_tok, n, c->embed_scale, s->x))
+		return -1;
+	/* first attention norm; afterwards the residual kernel produces it */
+	if (kc_rmsnorm(s->x, g->layers[0].attn_norm, n, H, c->eps, one, s->xb))
+		return -1;
+	for (int l = 0; l < c->n_layers; l++) {
+		const gpu_layer *L = &g->layers[l];
+		float *kc = s->k + (size_t)l * s->ctx * kvd, *vc = s->v + (size_t)l * s->ctx * kvd;
+		const float *inv_freq = c->sliding[l] ? g->inv_freq_local : g->inv_freq;
+		float *q = s->q, *k = s->kk, *v = s->vv;
+		/* attention block */
+		if (c->fused_qkv) {
+			if (kc_linear(&L->q, s->xb, n, NULL, s->fused))
+				return -1;
+			size_t w = (size_t)(qd + 2 * kvd) * 4;
+			if (n == 1) { /* one row: q, k, v are contiguous slices */
+				q = s->fused;
+				k = s->fused + qd;
+				v = s->fused + qd + kvd;
+			} else if (kc_copy2d(q, (size_t)qd * 4, s->fused, w, (size_t)qd * 4, (size_t)n) ||
+				   kc_copy2d(k, (size_t)kvd * 4, s->fused + qd, w, (size_t)kvd * 4, (size_t)n) ||
+				   kc_copy2d(v, (size_t)kvd * 4, s->fused + qd + kvd, w, (size_t)kvd * 4, (size_t)n)) {
+				return -1;
+			}
+		} else {
+			const kq_matrix *ms[3] = {&L->q, &L->k, &L->v};
+			const float *bs[3] = {L->q_bias, L->k_bias, L->v_bias};
+			float *ys[3] = {q, k, v};
+			if (kc_linear_multi(3, ms, s->xb, n, bs, ys))
+				return -1;
+		}
+		if (kc_qk_rope_append(q, k, v, n, nh, nkv, hd, c->rot_dim, s->d_pos, inv_freq, c->rope_mscale,
+				      c->qk_norm ? L->q_norm : NULL, c->qk_norm ? L->k_norm : NULL, c->eps, one, kc,
+				      vc))
+			return -1;
+		if (kc_attention(q, kc, vc, s->att, n, s->d_pos, nh, nkv, hd, c->attn_scale,
+				 c->sliding[l] ? c->window : 0, c->attn_softcap, s->ctx, s->att_scratch))
+			return -1;
+		if (kc_linear(&L->o, s->att, n, L->o_bias, s->tmp))
+			return -1;
+		if (kc_add_rmsnorm(s->x, s->tmp, c->sandwich ? L->post_attn_norm : NULL, L->ffn_norm, n, H, c->eps,
+				   one, s->xb))
+			return -1;
+		/* feed-forward block */
+		float *gt = s->gate, *up = s->up;
+		if (c->fused_qkv) {
+			if (kc_linear(&L->gate, s->xb, n, NULL, s->fused))
+				return -1;
+			if (n == 1) {
+				gt = s->fused;
+				up = s->fused + I;
+			} else if (kc_copy2d(gt, (size_t)I * 4, s->fused, (size_t)I * 8, (size_t)I * 4, (size_t)n) ||
+				   kc_copy2d(up, (size_t)I * 4, s->fused + I, (size_t)I * 8, (size_t)I * 4, (size_t)n)) {
+				return -1;
+			}
+		} else {
+			const kq_matrix *ms[2] = {&L->gate, &L->up};
+			float *ys[2] = {gt, up};
+			if (kc_linear_multi(2, ms, s->xb, n, NULL, ys))
+				return -1;
+		}
+		if (kc_glu(gt, up, (size_t)n * I, c->act))
+			return -1;
+		if (kc_linear(&L->down, gt, n, NULL, s->tmp))
+			return -1;
+		/* residual + the next layer's attention norm (or nothing after the last) */
+		const float *next = l + 1 < c->n_layers ? g->layers[l + 1].attn_norm : NULL;
+		if (kc_add_rmsnorm(s->x, s->tmp, c->sandwich ? L->post_ffn_norm : NULL, next, n, H, c->eps, one,
+				   s->xb))
+			return -1;
+	}
+	int first = all_logits ? 0 : n - 1, nout = n - first;
+	if (kc_rmsnorm(s->x + (size_t)first * H, g->final_norm, nout, H, c->eps, one, s->xb))
+		return -1;
+	if (kc_linear(&g->lm_head, s->xb, nout, NULL, s->logits))
+		return -1;
+	if (c->final_softcap > 0 && kc_softcap(s->logits, (size_t)nout * c->vocab, c->final_softcap))
+		return -1;
+	return kc_pos_advance(s->d_pos, n);
+}
+
+int gpu_forward(const gpu_model *g, gpu_state *s, const int *tokens, int n, int all_logits)
+{
+	if (n < 1 || n > s->max_batch || s->pos + n > s->ctx)
+		return -1;
+	for (int t = 0; t < n; t++)
+		if (tokens[t] < 0 || tokens[t] >= g->cfg.vocab)
+			return -1;
+	if (kc_upload(s->d_tokens, tokens, (size_t)n * sizeof(int)))
+		return -1;
+	if (queue_forward(g, s, s->d_tokens, n, all_logits))
+		return -1;
+	s->pos += n;
+	return 0;
+}
+
+int gpu_logits(const gpu_model *g, const gpu_state *s, float *out, int rows)
+{
+	return kc_download(out, s->logits, (size_t)rows * (size_t)g->cfg.vocab * sizeof(float));
+}
+
+/* One greedy step: token = argmax(logits row 0) -> d_next and
+ * d_hist[*d_pos]; then the forward pass of that token at *d_pos. */
+static int queue_greedy_step(const gpu_model *g, gpu_state *s)
+{
+	if (kc_argmax(s->logits, g->cfg.vocab, s->d_next, s->d_hist, s->d_pos))
+		return -1;
+	return queue_forward(g, s, s->d_next, 1, 0);
+}
+
+int gpu_decode_greedy(const gpu_model *g, gpu_state *s, int steps, int *out)
+{
+	if (steps < 0 || s->pos + steps > s->ctx)
+		return -1;
+	if (!steps)
+		return 0;
+	int p0 = s->pos;
+	if (!s->step) {
+		/* every kernel of the step launched once outside the capture
+		 * (module loading); the forward kernels ran in the prefill */
+		if (kc_argmax(s->logits, g->cfg.vocab, s->d_next, NULL, s->d_pos) || kc_sync())
+			return -1;
+		if (kc_capture_begin())
+			return -1;
+		int rc = queue_greedy_step(g, s);
+		kc_graph *gr = NULL;
+		if (kc_capture_end(&gr) || rc) {
+			kc_graph_free(gr);
+			return -1;
+		}
+		s->step = gr;
+	}
+	for (int i = 0; i < steps; i++)
+		if (kc_graph_launch(s->step))
+			return -1;
+	s->pos += steps;
+	if (kc_download(out, s->d_hist + p0, (size_t)steps * sizeof(int)))
+		return -1;
+	return kc_sync();
+}

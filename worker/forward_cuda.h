@@ -1,0 +1,83 @@
+/* worker/forward_cuda.h — the forward pass on a CUDA device: the same
+ * straight-line pass as worker/forward.c, every architecture difference
+ * the same flag of model_config, over the kc_* kernels (kernels/cuda/).
+ *
+ * Weights are copied to device memory once, in their packed form
+ * (gpu_model_upload). The KV cache, scratch and logits live on the device
+ * (gpu_state). A greedy decode step (argmax of the last logits, embedding
+ * of that token, all layers, lm_head, position + 1) is captured once as a
+ * CUDA graph and replayed; the host reads the generated ids back once per
+ * gpu_decode_greedy call, never inside a step.
+ *
+ * Only built where nvcc exists (the Makefile defines MLXR_CUDA there).
+ */
+#ifndef MLXR_FORWARD_CUDA_H
+#define MLXR_FORWARD_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cuda/kcuda.h"
+#include "worker/model.h"
+
+typedef struct {
+	kq_matrix q, k, v, o, gate, up, down; /* device copies (phi3: q = qkv_proj, gate = gate_up_proj) */
+	float *q_bias, *k_bias, *v_bias, *o_bias; /* [rows] or NULL */
+	float *attn_norm, *ffn_norm;             /* [hidden] */
+	float *post_attn_norm, *post_ffn_norm;   /* [hidden], sandwich only */
+	float *q_norm, *k_norm;                  /* [head_dim], qk_norm only */
+} gpu_layer;
+
+typedef struct {
+	model_config cfg;      /* copy; its host inv_freq pointers are not owned */
+	kq_matrix embed;       /* [vocab][hidden] */
+	kq_matrix lm_head;     /* == embed when tied */
+	float *final_norm;     /* [hidden] */
+	float *inv_freq, *inv_freq_local; /* [rot_dim/2]; local == inv_freq when not separate */
+	gpu_layer *layers;     /* [n_layers], host array of device pointers */
+	uint64_t device_bytes; /* weight bytes on the device */
+	uint64_t decode_bytes; /* weight bytes read per decoded token */
+} gpu_model;
+
+typedef struct {
+	int ctx, max_batch;
+	int pos;               /* host mirror of *d_pos */
+	float *k, *v;          /* [n_layers][ctx][n_kv_heads][head_dim] */
+	float *x, *xb, *q, *kk, *vv, *att, *tmp, *gate, *up, *fused; /* [max_batch][...] */
+	float *logits;         /* [max_batch][vocab] */
+	void *att_scratch;
+	int *d_pos;            /* [1] position of the next token */
+	int *d_tokens;         /* [max_batch] input ids */
+	int *d_next;           /* [1] the token the last greedy step chose */
+	int *d_hist;           /* [ctx] d_hist[p] = greedy token chosen after position p */
+	kc_graph *step;        /* captured greedy decode step, made on first use */
+} gpu_state;
+
+/* Uploads a loaded model (host weights as bound by model_load or
+ * model_from_parts). kc_init must have been called. */
+int gpu_model_upload(gpu_model *g, const model *m, char *err, size_t errlen);
+/* Random weights with the shapes of cfg, made on the device (benchmarks):
+ * every linear layer bits/group_size with f16 scales, embeddings too. */
+int gpu_model_random(gpu_model *g, const model_config *cfg, int bits, int group_size, uint64_t seed, char *err,
+		     size_t errlen);
+void gpu_model_free(gpu_model *g);
+
+int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch);
+void gpu_state_free(gpu_state *s);
+/* Drops the cache (next forward starts at position 0). */
+void gpu_state_reset(gpu_state *s);
+
+/* model_forward on the device: n tokens (host ids) at s->pos; logits stay
+ * in s->logits (device): [n][vocab] if all_logits, else the last row.
+ * Queued, except the upload of the ids. Returns 0, or -1 (context full,
+ * bad id, or a CUDA error: kc_error()). */
+int gpu_forward(const gpu_model *g, gpu_state *s, const int *tokens, int n, int all_logits);
+/* Copies `rows` rows of logits to the host (waits for the queued work). */
+int gpu_logits(const gpu_model *g, const gpu_state *s, float *out, int rows);
+/* Greedy decoding on the device from the logits in s->logits (row 0, as a
+ * forward with all_logits == 0 leaves them): `steps` replays of the
+ * captured step; out[i] = the i-th chosen id. The KV cache then holds the
+ * chosen ids too (steps more positions). Returns 0 or -1. */
+int gpu_decode_greedy(const gpu_model *g, gpu_state *s, int steps, int *out);
+
+#endif
