@@ -167,6 +167,14 @@ static __device__ __forceinline__ unsigned code_in_pack(const uint32_t (&w)[BITS
 	return c & ((1u << BITS) - 1);
 }
 
+/* The same code as an exact float without I2F (a quarter-rate
+ * instruction): 2^23 + c has c in its mantissa, so subtracting 2^23 is exact. */
+template <int BITS>
+static __device__ __forceinline__ float fcode_in_pack(const uint32_t (&w)[BITS], int i)
+{
+	return __uint_as_float(0x4B000000u | code_in_pack<BITS>(w, i)) - 8388608.0f;
+}
+
 template <int BITS>
 static __device__ __forceinline__ void load_pack(const uint32_t *p, uint32_t (&w)[BITS], bool vec)
 {
@@ -314,14 +322,14 @@ extern "C" int kc_matrix_random(kq_matrix *d, int rows, int cols, int bits, int 
 }
 
 /* ---- decode: quantized matvec ----
- * A warp owns KC_MV_ROWS consecutive rows of one matrix. Lane l takes the
+ * A warp owns KC_MV_ROWS (4) consecutive rows of one matrix. Lane l takes the
  * packs (32 values = BITS words, all in one group since group_size is a
  * multiple of 32) l, l+32, ...: for 4 bits that is one 16-byte load per
  * lane per row, 512 contiguous bytes per warp. The 32 x values of a pack
  * are loaded once and used for every row of the warp; per pack the sum is
  * scale * sum(code * x) + bias * sum(x) (the bias term needs one sum of x
  * per pack, not one multiply per value). */
-#define KC_MV_ROWS 2
+#define KC_MV_ROWS 4
 #define KC_MV_WARPS 4
 
 struct mv_args {
@@ -353,6 +361,7 @@ __global__ void __launch_bounds__(32 * KC_MV_WARPS) k_matvec_q(mv_args a, const 
 #pragma unroll
 	for (int r = 0; r < KC_MV_ROWS; r++)
 		acc[r] = 0.0f;
+#pragma unroll 2
 	for (int p = lane; p < npack; p += 32) {
 		float xv[32];
 		if (xvec) {
@@ -381,7 +390,7 @@ __global__ void __launch_bounds__(32 * KC_MV_WARPS) k_matvec_q(mv_args a, const 
 			float d = 0.0f;
 #pragma unroll
 			for (int i = 0; i < 32; i++)
-				d = fmaf((float)code_in_pack<BITS>(w, i), xv[i], d);
+				d = fmaf(fcode_in_pack<BITS>(w, i), xv[i], d);
 			size_t gi = (size_t)row * ng + g;
 			acc[r] += S::ld(a.s[mi], gi) * d + S::ld(a.b[mi], gi) * xs;
 		}
