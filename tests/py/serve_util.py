@@ -57,7 +57,11 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        text = self.text()
         os.unlink(self.log.name)
+        # Under an ASan/UBSan build (MLXR=build-asan/mlxr) a report fails the test.
+        if "Sanitizer" in text or "runtime error:" in text:
+            raise AssertionError(f"sanitizer report from mlxr serve:\n{text[-6000:]}")
 
 
 def connect(port, timeout=10):
