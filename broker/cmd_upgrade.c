@@ -145,20 +145,29 @@ static void describe(const rs_release *r, const char *prefix)
 	       rs_trusted_key_label(r->key_index), kid, exp);
 }
 
-void upgrade_recover_at_start(void)
+void upgrade_recover_at_start(char **argv)
 {
-	char dir[4096], msg[512];
+	char dir[4096], self[4200], msg[512];
 	if (rs_self_dir(dir, sizeof dir) < 0)
 		return;
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return;
 	int r = rs_recover(fd, msg, sizeof msg);
-	if (r == 1 || r == 2)
-		fprintf(stderr, "mlxr: %s in %s\n", msg, dir);
-	else if (r < 0)
-		fprintf(stderr, "mlxr: an upgrade of %s was interrupted and could not be finished: %s\n", dir, msg);
 	close(fd);
+	if (r < 0)
+		fprintf(stderr, "mlxr: an upgrade of %s was interrupted and could not be finished: %s\n", dir, msg);
+	if (r != 1 && r != 2)
+		return;
+	fprintf(stderr, "mlxr: %s in %s\n", msg, dir);
+	/* This process may be the binary the recovery just replaced: run the
+	 * command with the mlxr now installed, so broker, worker and fetcher
+	 * are always of one release. No loop: the journal is gone. */
+	if (snprintf(self, sizeof self, "%s/mlxr", dir) < (int)sizeof self) {
+		fflush(NULL);
+		execv(self, argv);
+		fprintf(stderr, "mlxr: re-running %s: %s\n", self, strerror(errno));
+	}
 }
 
 int cmd_upgrade(int argc, char **argv)

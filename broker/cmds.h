@@ -16,7 +16,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_upgrade(int argc, char **argv);
-void upgrade_recover_at_start(void); /* main() calls it first */
+void upgrade_recover_at_start(char **argv); /* main() calls it first */
 int cmd_pull(int argc, char **argv);
 int cmd_search(int argc, char **argv);
 

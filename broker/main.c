@@ -38,7 +38,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	upgrade_recover_at_start(); /* finishes an interrupted upgrade (release/install.c) */
+	upgrade_recover_at_start(argv); /* finishes an interrupted upgrade (release/install.c) */
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
