@@ -143,7 +143,9 @@ void sj_write(sjob *j, const char *p, size_t n)
 			break;
 		}
 	}
-	if (!j->cancelled && !j->timed_out)
+	/* After the deadline the error event and the stream's end still go
+	 * out; after a disconnect nothing does. */
+	if (!j->cancelled)
 		jw_raw(&j->out, p, n);
 	pthread_mutex_unlock(&s->mu);
 	wake(s);

@@ -317,3 +317,15 @@ def test_request_log_has_no_prompt_text(server, client):
     log = server.text()
     assert "xylophone-42" not in log
     assert "POST /v1/chat/completions 200 prompt_tokens=" in log
+
+
+def test_long_prefill_sends_sse_comments(server, client):
+    body = {"messages": [{"role": "user", "content": "word " * 400}], "max_tokens": 2, "stream": True,
+            "temperature": 0}
+    st, _, data = request(server.port, "POST", "/v1/chat/completions", body)
+    assert st == 200
+    events = [e for e in data.decode().split("\n\n") if e]
+    assert any(e.startswith(": prefill ") for e in events), events[:3]
+    # The official client skips the comments.
+    chunks = list(client.chat.completions.create(model="m", **body))
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")

@@ -396,3 +396,19 @@ def test_health_is_503_while_loading(smol_path):
         assert 200 in saw
     finally:
         s.stop()
+
+
+def test_deadline_cancels_a_long_request(smol_path):
+    s = Server(smol_path, "--deadline", "1")
+    try:
+        long = {"messages": [{"role": "user", "content": "Write a very long story."}], "max_tokens": 3000,
+                "temperature": 1.0}
+        st, _, body = request(s.port, "POST", "/v1/chat/completions", long, timeout=60)
+        assert st == 408 and error_of(body)["code"] == "timeout"
+        st, _, body = request(s.port, "POST", "/v1/chat/completions", dict(long, stream=True), timeout=60)
+        assert st == 200
+        last = [e for e in body.decode().split("\n\n") if e][-1]
+        assert last.startswith("data: ") and json.loads(last[6:])["error"]["code"] == "timeout"
+        assert request(s.port, "GET", "/health")[0] == 200
+    finally:
+        s.stop()
