@@ -69,18 +69,29 @@ def connect(port, timeout=10):
     return s
 
 
+_leftover = {}
+
+
 def read_response(s, timeout=10):
     """Reads one HTTP/1.1 response (Content-Length or chunked; or until
-    close). Returns (status, headers dict lowercased, body bytes)."""
+    close). Returns (status, headers dict lowercased, body bytes). Bytes of
+    a following (pipelined) response are kept for the next call."""
     s.settimeout(timeout)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
+    buf = _leftover.pop(id(s), b"")
+
+    def more():
         d = s.recv(65536)
         if not d:
-            if not buf:
-                return None, {}, b""
-            break
-        buf += d
+            raise EOFError
+        return d
+
+    try:
+        while b"\r\n\r\n" not in buf:
+            buf += more()
+    except EOFError:
+        if not buf:
+            return None, {}, b""
+        raise
     head, _, rest = buf.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
@@ -91,32 +102,28 @@ def read_response(s, timeout=10):
     if "content-length" in headers:
         n = int(headers["content-length"])
         while len(rest) < n:
-            d = s.recv(65536)
-            if not d:
-                break
-            rest += d
+            rest += more()
+        _leftover[id(s)] = rest[n:]
         return status, headers, rest[:n]
     if headers.get("transfer-encoding") == "chunked":
         body = b""
         while True:
             while b"\r\n" not in rest:
-                rest += s.recv(65536)
+                rest += more()
             size_s, _, rest = rest.partition(b"\r\n")
             size = int(size_s, 16)
             while len(rest) < size + 2:
-                d = s.recv(65536)
-                if not d:
-                    raise EOFError("stream ended inside a chunk")
-                rest += d
+                rest += more()
             body += rest[:size]
             rest = rest[size + 2:]
             if size == 0:
+                _leftover[id(s)] = rest
                 return status, headers, body
     while True:
-        d = s.recv(65536)
-        if not d:
+        try:
+            rest += more()
+        except EOFError:
             return status, headers, rest
-        rest += d
 
 
 def request(port, method, path, body=None, headers=None, host=None, timeout=30):
