@@ -812,12 +812,15 @@ static void accept_all(server *s, int lfd, double now)
 		if (fd < 0)
 			return;
 		if (s->n_open >= s->o->max_conns) {
-			static const char busy[] =
-				"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-				"Content-Length: 131\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+			static const char body[] =
 				"{\"error\":{\"message\":\"too many open connections\",\"type\":\"unavailable_error\","
-				"\"param\":null,\"code\":\"too_many_connections\"}}\n";
-			ssize_t r = send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
+				"\"param\":null,\"code\":\"too_many_connections\"}}";
+			char busy[512];
+			int bn = snprintf(busy, sizeof(busy),
+					  "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+					  "Content-Length: %zu\r\nConnection: close\r\nRetry-After: 1\r\n\r\n%s",
+					  sizeof(body) - 1, body);
+			ssize_t r = send(fd, busy, (size_t)bn, MSG_NOSIGNAL);
 			(void)r;
 			shutdown(fd, SHUT_WR);
 			close(fd);
