@@ -46,6 +46,11 @@ FEED_PATH = "/repos/mlxr/mlxr/releases"
 
 
 def sh(*args, **kw):
+    if args and args[0] == "make":  # not the outer make's jobserver or variables
+        env = dict(kw.get("env") or os.environ)
+        for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):
+            env.pop(k, None)
+        kw["env"] = env
     kw.setdefault("capture_output", True)
     kw.setdefault("text", True)
     return subprocess.run([str(a) for a in args], **kw)
