@@ -3,7 +3,7 @@
 # does nothing when every package is already installed. Needs root.
 set -eu
 PKGS="build-essential clang libclang-rt-14-dev llvm libsodium-dev libbearssl-dev \
-libseccomp-dev libedit-dev libcjson-dev pkg-config python3 python3-venv tmux minisign"
+libseccomp-dev libedit-dev libcjson-dev pkg-config python3 python3-venv tmux minisign openssl"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
