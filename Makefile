@@ -112,9 +112,15 @@ CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS  = -O3 -std=c++17 -I. $(CUDA_ARCH) -Xcompiler -Wall,-Wextra $(if $(WERROR),-Werror all-warnings)
 CUDA_OBJ   = $(BUILD)/obj/kernels/cuda/kcuda.o
 CUDA_LDLIBS = -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
-CUDA_TESTS = $(BUILD)/cuda-tests/test_cuda_kernels $(BUILD)/cuda-tests/test_cuda_forward
+CUDA_TESTS = $(BUILD)/cuda-tests/test_cuda_kernels $(BUILD)/cuda-tests/test_cuda_forward \
+	$(BUILD)/cuda-tests/test_gpu_sandbox
 CUDA_BINS  = $(CUDA_TESTS) $(BUILD)/cuda-bench
 all: $(CUDA_BINS)
+# The worker runs models on the GPU (worker/session_cuda.c, referenced
+# only from worker_main.c under MLXR_CUDA: no other binary links CUDA).
+$(BUILD)/obj/worker/worker_main.o: CFLAGS += -DMLXR_CUDA
+$(BUILD)/mlxr-worker: $(CUDA_OBJ)
+$(BUILD)/mlxr-worker: LDLIBS += $(CUDA_LDLIBS)
 $(CUDA_OBJ): kernels/cuda/kcuda.cu kernels/cuda/kcuda.h kernels/kernels.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@

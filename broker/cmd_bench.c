@@ -22,6 +22,7 @@ int cmd_bench(int argc, char **argv)
 		if (!strcmp(argv[i], "--json")) json = 1;
 		else if (!strcmp(argv[i], "--sealed")) sealed = 1;
 		else if (!strcmp(argv[i], "--no-sandbox")) no_sandbox = 1;
+		else if (!strcmp(argv[i], "--device") && i + 1 < argc) bad |= wclient_set_device(argv[++i]) != 0;
 		else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) br.prefill = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--decode") && i + 1 < argc) br.decode = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--long") && i + 1 < argc) br.long_ctx = atoi(argv[++i]);
@@ -31,7 +32,7 @@ int cmd_bench(int argc, char **argv)
 	if (bad || !name || br.prefill < 1 || br.decode < 1 || br.long_ctx < 16 || br.prefill > 1 << 20 ||
 	    br.long_ctx > 1 << 20 || br.decode > 1 << 20) {
 		fprintf(stderr, "usage: mlxr bench MODEL [--json] [--prefill N (512)] [--decode N (128)] [--long N (1024)]"
-				" [--sealed]\n");
+				" [--sealed] [--device auto|cpu|cuda]\n");
 		return 2;
 	}
 	char dir[4096], err[1024];
@@ -58,22 +59,23 @@ int cmd_bench(int argc, char **argv)
 	double bound = bw > 0 ? bw / bytes_tok : 0;
 	double pf = br.prefill / res.prefill_s, ds = br.decode / res.decode_short_s, dl = br.decode / res.decode_long_s;
 	if (json) {
-		printf("{\"model\":\"%s\",\"arch\":\"%s\",\"kernels\":\"%s\",\"threads\":%d,\"load_s\":%.4f,"
+		printf("{\"model\":\"%s\",\"arch\":\"%s\",\"device\":\"%s\",\"kernels\":\"%s\",\"threads\":%d,\"load_s\":%.4f,"
 		       "\"prefill_tokens\":%d,\"prefill_tok_s\":%.2f,\"ttft_s\":%.4f,"
 		       "\"decode_tokens\":%d,\"decode_tok_s\":%.2f,\"decode_long_ctx\":%d,\"decode_long_tok_s\":%.2f,"
 		       "\"weight_bytes_per_token\":%.0f,\"mem_read_gb_s\":%.2f,\"bound_tok_s\":%.2f,"
 		       "\"bound_fraction\":%.4f,\"peak_rss_mb\":%.1f,\"sealed\":%s}\n",
-		       name, i->model_type, res.kernels, res.threads, i->load_s, br.prefill, pf, res.prefill_s, br.decode,
+		       name, i->model_type, i->device, res.kernels, res.threads, i->load_s, br.prefill, pf, res.prefill_s, br.decode,
 		       ds, br.long_ctx, dl, bytes_tok, bw / 1e9, bound, bound > 0 ? ds / bound : 0, res.peak_rss_mb,
 		       sealed ? "true" : "false");
 	} else {
 		printf("model            %s (%s), kernels %s, %d threads\n", name, i->model_type, res.kernels, res.threads);
+		printf("device           %s\n", i->device);
 		printf("load             %.3f s\n", i->load_s);
 		printf("prefill %5d    %.1f tok/s (%.3f s)\n", br.prefill, pf, res.prefill_s);
 		printf("decode  %5d    %.1f tok/s at short context\n", br.decode, ds);
 		printf("decode  %5d    %.1f tok/s after %d tokens\n", br.decode, dl, br.long_ctx);
 		printf("weights/token    %.1f MB\n", bytes_tok / 1e6);
-		printf("memory read      %.1f GB/s\n", bw / 1e9);
+		printf("memory read      %.1f GB/s%s\n", bw / 1e9, strncmp(i->device, "cuda", 4) ? "" : " (device memory, measured)");
 		printf("bound            %.1f tok/s; reached %.0f%%\n", bound, bound > 0 ? 100 * ds / bound : 0);
 		printf("peak RSS         %.0f MB (worker)\n", res.peak_rss_mb);
 	}

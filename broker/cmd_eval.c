@@ -100,6 +100,7 @@ int cmd_eval(int argc, char **argv)
 		else if (!strcmp(argv[i], "--no-think")) no_think = 1;
 		else if (!strcmp(argv[i], "--continue")) cont = 1;
 		else if (!strcmp(argv[i], "--no-sandbox")) no_sandbox = 1;
+		else if (!strcmp(argv[i], "--device") && i + 1 < argc) bad |= wclient_set_device(argv[++i]) != 0;
 		else if (argv[i][0] != '-' && !name) name = argv[i];
 		else bad = 1;
 	}

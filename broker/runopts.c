@@ -1,5 +1,6 @@
 /* broker/runopts.c — see runopts.h. */
 #include "broker/runopts.h"
+#include "broker/wclient.h"
 
 #include <errno.h>
 #include <math.h>
@@ -111,6 +112,13 @@ int runopts_parse(run_opts *o, int argc, char **argv, char *err, size_t errlen)
 			}
 			const char *v = argv[++i];
 			if (!strcmp(k, "system")) { o->system = v; continue; }
+			if (!strcmp(k, "device")) {
+				if (wclient_set_device(v)) {
+					snprintf(err, errlen, "--device %s: expected auto, cpu or cuda", v);
+					return -1;
+				}
+				continue;
+			}
 			if (!strcmp(k, "stop")) {
 				if (o->req.n_stops >= WC_MAX_STOPS || !*v) {
 					snprintf(err, errlen, "--stop: at most %d non-empty stop strings", WC_MAX_STOPS);

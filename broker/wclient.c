@@ -82,9 +82,29 @@ static int sibling(const char *name, char *out, size_t len)
 	return snprintf(out, len, "%s/%s", self, name) >= (int)len ? -1 : 0;
 }
 
+static const char *g_device; /* wclient_set_device; NULL: $MLXR_DEVICE or auto */
+
+static int device_ok(const char *d)
+{
+	return d && (!strcmp(d, "auto") || !strcmp(d, "cpu") || !strcmp(d, "cuda"));
+}
+
+int wclient_set_device(const char *device)
+{
+	if (!device_ok(device))
+		return -1;
+	g_device = device;
+	return 0;
+}
+
 /* fork + exec of mlxr-worker with its socket on fd 3. */
 static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *err, size_t errlen)
 {
+	const char *dev = g_device ? g_device : getenv("MLXR_DEVICE");
+	if (dev && *dev && !device_ok(dev)) {
+		snprintf(err, errlen, "MLXR_DEVICE=%s: expected auto, cpu or cuda", dev);
+		return -1;
+	}
 	char path[PATH_MAX];
 	int sv[2];
 	if (sibling("mlxr-worker", path, sizeof(path)) || access(path, X_OK)) {
@@ -98,8 +118,12 @@ static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *
 	/* MLXR_WORKER_FAULT_AFTER=N (tests): the worker answers request N+1
 	 * with a malformed packet, proving the broker survives it. */
 	const char *fault = getenv("MLXR_WORKER_FAULT_AFTER");
-	char *argv[6] = { "mlxr-worker", "--role", (char *)role, NULL, NULL, NULL };
+	char *argv[8] = { "mlxr-worker", "--role", (char *)role, NULL, NULL, NULL, NULL, NULL };
 	int ac = 3;
+	if (dev && *dev && strcmp(dev, "auto") && !strcmp(role, "worker")) {
+		argv[ac++] = "--device";
+		argv[ac++] = (char *)dev;
+	}
 	if (no_sandbox)
 		argv[ac++] = "--no-sandbox";
 	if (fault && *fault) {

@@ -30,6 +30,12 @@ typedef struct {
 
 typedef wc_info wclient_info;
 
+/* Which device every worker started from now on runs its model on:
+ * "auto" (the default: CUDA where the worker was built with it and a
+ * device exists, else the CPU), "cpu" or "cuda". Without a call,
+ * $MLXR_DEVICE, else auto. Returns -1 for any other name. */
+int wclient_set_device(const char *device);
+
 int wclient_start(wclient **out, const char *model_dir, const wclient_opts *o, wc_error *e);
 const wclient_info *wclient_info_get(const wclient *c);
 int wclient_generate(wclient *c, const wc_request *r, wc_event_fn fn, void *arg, wc_error *e);

@@ -16,6 +16,7 @@ typedef struct {
 	uint64_t weight_bytes; /* tensor bytes */
 	uint64_t decode_bytes; /* weight bytes read per decoded token */
 	double load_s;         /* validation + worker start + load */
+	char device[96];       /* what runs the model: "cpu (avx2, 8 threads)", "cuda: NVIDIA H200 (...)" */
 } wc_info;
 
 typedef enum {

@@ -254,6 +254,7 @@ void wc_info_pack(const wc_info *i, ipc_wr *w)
 	ipc_put_u32(w, (uint32_t)i->n_kv_heads);
 	ipc_put_u64(w, i->weight_bytes);
 	ipc_put_u64(w, i->decode_bytes);
+	ipc_put_bytes(w, i->device, strnlen(i->device, sizeof(i->device) - 1));
 }
 
 int wc_info_unpack(const uint8_t *p, size_t n, wc_info *i)
@@ -281,6 +282,9 @@ int wc_info_unpack(const uint8_t *p, size_t n, wc_info *i)
 	}
 	i->weight_bytes = ipc_get_u64(&rd);
 	i->decode_bytes = ipc_get_u64(&rd);
+	s = ipc_get_bytes(&rd, sizeof(i->device) - 1, &l);
+	if (s)
+		copy_text(i->device, sizeof(i->device), s, l);
 	return rd.bad || rd.left ? -1 : 0;
 }
 

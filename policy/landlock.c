@@ -16,7 +16,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -105,6 +107,77 @@ static int add_read_file(int rfd, const char *path, char *err, size_t errlen)
 	return 1;
 }
 
+/* One path-beneath rule: rights (restricted to what the ruleset handles,
+ * and to file rights when path is not a folder). A missing path is
+ * skipped. Returns 1 added, 0 skipped, -1 error. */
+#define LL_FS_FILE_RIGHTS (LL_FS_EXECUTE | LL_FS_WRITE_FILE | LL_FS_READ_FILE | LL_FS_TRUNCATE | LL_FS_IOCTL_DEV)
+static int add_path(int rfd, const char *path, uint64_t rights, uint64_t handled, char *err, size_t errlen)
+{
+	int fd = open(path, O_PATH | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode))
+		rights &= LL_FS_FILE_RIGHTS;
+	struct ll_path_beneath_attr pb = { rights & handled, fd };
+	long r = syscall(SYS_landlock_add_rule, rfd, LL_RULE_PATH_BENEATH, &pb, 0);
+	int e = errno;
+	close(fd);
+	if (r != 0) {
+		snprintf(err, errlen, "landlock: rule for %s: %s", path, strerror(e));
+		return -1;
+	}
+	return 1;
+}
+
+/* The NVIDIA driver's paths (policy.h, POLICY_GPU_WORKER). Read: the
+ * loader's cache and library folders (cudart dlopens libcuda.so.1, which
+ * may load more of the driver's libraries), every folder of
+ * LD_LIBRARY_PATH, and /proc, /sys (device, NUMA and process facts).
+ * Read/write/ioctl: the device nodes. Write+truncate: /proc/self/task. */
+static const char *const gpu_read[] = {
+	"/etc/ld.so.cache", "/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/nvidia",
+	"/usr/local/cuda", "/proc", "/sys", NULL,
+};
+static const char *const gpu_dev[] = {
+	"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-caps",
+	"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3", "/dev/nvidia4",
+	"/dev/nvidia5", "/dev/nvidia6", "/dev/nvidia7", NULL,
+};
+
+static int add_gpu_paths(int rfd, uint64_t handled, int *n, char *err, size_t errlen)
+{
+	const uint64_t rd = LL_FS_READ_FILE | LL_FS_READ_DIR;
+	int r;
+	for (const char *const *p = gpu_read; *p; p++) {
+		if ((r = add_path(rfd, *p, rd, handled, err, errlen)) < 0)
+			return -1;
+		*n += r;
+	}
+	const char *lp = getenv("LD_LIBRARY_PATH");
+	while (lp && *lp) {
+		char dir[512];
+		size_t k = strcspn(lp, ":");
+		if (k && k < sizeof dir && lp[0] == '/') {
+			memcpy(dir, lp, k);
+			dir[k] = 0;
+			if ((r = add_path(rfd, dir, rd, handled, err, errlen)) < 0)
+				return -1;
+			*n += r;
+		}
+		lp += k + (lp[k] == ':');
+	}
+	for (const char *const *p = gpu_dev; *p; p++) {
+		if ((r = add_path(rfd, *p, rd | LL_FS_WRITE_FILE | LL_FS_IOCTL_DEV, handled, err, errlen)) < 0)
+			return -1;
+		*n += r;
+	}
+	if ((r = add_path(rfd, "/proc/self/task", rd | LL_FS_WRITE_FILE | LL_FS_TRUNCATE, handled, err, errlen)) < 0)
+		return -1;
+	*n += r;
+	return 0;
+}
+
 int pol_landlock_apply(const pol_role_def *d, const char *ca_bundle,
                        int threads_exist, int abi_max, policy_report *rep,
                        char *err, size_t errlen)
@@ -157,6 +230,9 @@ int pol_landlock_apply(const pol_role_def *d, const char *ca_bundle,
 			nfiles += r;
 		}
 	}
+	int ngpu = 0;
+	if (d->gpu && add_gpu_paths(rfd, ra.handled_access_fs, &ngpu, err, errlen) != 0)
+		goto fail;
 	if (abi >= 4) {
 		for (int i = 0; i < d->ntcp_connect; i++) {
 			struct ll_net_port_attr np = { LL_NET_CONNECT_TCP, d->tcp_connect[i] };
@@ -176,7 +252,11 @@ int pol_landlock_apply(const pol_role_def *d, const char *ca_bundle,
 	const char *cover = (threads_exist && abi < 8)
 		? "; this thread and its future threads only (threads existed, ABI < 8)" : "";
 	rep->landlock_fs = 1;
-	if (nfiles)
+	if (ngpu)
+		pol_note(rep, POLICY_L_LANDLOCK_FS, "ABI %d: %d NVIDIA driver paths (libraries, "
+		         "/proc, /sys read-only; /dev/nvidia* read/write%s; /proc/self/task "
+		         "write), nothing else%s", abi, ngpu, abi >= 5 ? "/ioctl" : "", cover);
+	else if (nfiles)
 		pol_note(rep, POLICY_L_LANDLOCK_FS, "ABI %d: read-only access to %d files "
 		         "(CA bundle, resolver), nothing else%s", abi, nfiles, cover);
 	else

@@ -31,6 +31,8 @@ typedef struct {
 	uint16_t tcp_connect[POL_MAX_PORTS]; /* Landlock: TCP connect ports */
 	int ntcp_connect;
 	const char *const *read_paths; /* Landlock: read-only files, NULL-ended */
+	int gpu;          /* Landlock: the NVIDIA driver's paths; seccomp: its
+	                     ioctls; seccomp deferred to policy_seccomp_late */
 } pol_role_def;
 
 const pol_role_def *pol_role(policy_role role);
@@ -52,6 +54,8 @@ int pol_seccomp_build(const pol_role_def *d, int self_pid,
                       struct sock_filter *f, size_t cap, int *nrules);
 int pol_seccomp_apply(const pol_role_def *d, policy_report *rep,
                       char *err, size_t errlen);
+int pol_seccomp_learn_apply(const pol_role_def *d, char *err, size_t errlen);
+int pol_seccomp_learn_dump(char *buf, size_t len);
 
 void pol_note(policy_report *rep, policy_layer l, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -14,6 +14,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -57,6 +58,14 @@ static const pol_role_def roles[POLICY_ROLE_COUNT] = {
 		.fsize = TIB,  /* one downloaded file */
 		.tcp_connect = { 443, 80 }, .ntcp_connect = 2,
 		.read_paths = fetcher_read,
+	},
+	[POLICY_GPU_WORKER] = {
+		.name = "gpu-worker", .netns = 1, .pidns = 0, .empty_root = 0,
+		.threads = 1, .writes_fds = 0, .net_client = 0, .opens_files = 0,
+		.exec_map_kills = 1,
+		.nofile = 512, /* the CPU worker's + the driver's device fds */
+		.fsize = RLIM_INFINITY,
+		.gpu = 1,
 	},
 };
 
@@ -290,6 +299,14 @@ int policy_apply(policy_role role, const policy_opts *o, policy_report *rep,
 		got = unshare_some(want, rep);
 		if ((got & CLONE_NEWNS) && d.empty_root && enter_empty_root(err, errlen) != 0)
 			return -1;
+		struct stat ds;
+		if (d.gpu && stat("/dev/nvidiactl", &ds) == 0 && (ds.st_mode & 006) != 006) {
+			/* nobody could not open the device: stay uid 0, but with
+			 * no capability (drop_caps below) and every other layer */
+			pol_note(rep, POLICY_L_UID, "kept uid 0 without capabilities: /dev/nvidiactl "
+			         "is not open to other users (mode %o)", (unsigned)(ds.st_mode & 0777));
+			goto caps;
+		}
 		if (setgroups(0, NULL) != 0 || setresgid(POL_NOBODY, POL_NOBODY, POL_NOBODY) != 0 ||
 		    setresuid(POL_NOBODY, POL_NOBODY, POL_NOBODY) != 0) {
 			snprintf(err, errlen, "policy: drop to uid %d: %s", POL_NOBODY, strerror(errno));
@@ -341,6 +358,7 @@ int policy_apply(policy_role role, const policy_opts *o, policy_report *rep,
 			return -1;
 		got |= more;
 	}
+caps:
 	if (got & CLONE_NEWNET)
 		pol_note(rep, POLICY_L_NETNS, "empty (loopback down, no interfaces)");
 	if (got & CLONE_NEWNS)
@@ -392,11 +410,46 @@ int policy_apply(policy_role role, const policy_opts *o, policy_report *rep,
 		return -1;
 
 	/* 5. seccomp, last. */
+	if (d.gpu) {
+		pol_note(rep, POLICY_L_SECCOMP, "after device init and the weight upload "
+		         "(policy_seccomp_late)");
+		return 0;
+	}
 	if (o->skip_seccomp) {
 		pol_note(rep, POLICY_L_SECCOMP, "skipped (self-test --layers)");
 		return 0;
 	}
 	return pol_seccomp_apply(&d, rep, err, errlen);
+}
+
+int policy_seccomp_late(policy_role role, policy_report *rep, char *err, size_t errlen)
+{
+	policy_report local;
+	const pol_role_def *d = pol_role(role);
+	if (!rep) {
+		memset(&local, 0, sizeof local);
+		rep = &local;
+	}
+	if (!d) {
+		snprintf(err, errlen, "policy: unknown role %d", (int)role);
+		return -1;
+	}
+	return pol_seccomp_apply(d, rep, err, errlen);
+}
+
+int policy_seccomp_learn(policy_role role, char *err, size_t errlen)
+{
+	const pol_role_def *d = pol_role(role);
+	if (!d) {
+		snprintf(err, errlen, "policy: unknown role %d", (int)role);
+		return -1;
+	}
+	return pol_seccomp_learn_apply(d, err, errlen);
+}
+
+int policy_seccomp_learn_report(char *buf, size_t len)
+{
+	return pol_seccomp_learn_dump(buf, len);
 }
 
 static const char *layer_names[POLICY_LAYER_COUNT] = {

@@ -33,6 +33,7 @@ typedef enum {
 	POLICY_WORKER,   /* runs models: fds in, tokens out; no fs, no net */
 	POLICY_IMPORTER, /* worker + writes through fds the broker opened */
 	POLICY_FETCHER,  /* network (TCP to policy ports, DNS) + CA bundle */
+	POLICY_GPU_WORKER, /* worker on a CUDA device: see policy_seccomp_late */
 	POLICY_ROLE_COUNT
 } policy_role;
 
@@ -97,6 +98,29 @@ int policy_apply(policy_role role, const policy_opts *o, policy_report *rep,
 int policy_report_format(const policy_report *r, char *buf, size_t len);
 
 const char *policy_role_name(policy_role role);
+
+/* The GPU worker (POLICY_GPU_WORKER) locks down in two steps, because the
+ * NVIDIA driver opens device files, reads libraries and /proc, /sys, and
+ * starts threads in cuInit:
+ *  1. policy_apply before cuInit, single-threaded: every layer but seccomp.
+ *     No empty root (the driver opens files by path): Landlock alone
+ *     decides the filesystem — read-only the library folders, /proc and
+ *     /sys; read/write/ioctl the /dev/nvidia* nodes; write+truncate under
+ *     /proc/self/task (the driver names its threads there; without it
+ *     cuInit fails with error 304); nothing else. The driver's threads,
+ *     created after this, inherit Landlock.
+ *  2. policy_seccomp_late after device init and the weight upload: the
+ *     worker's allowlist plus what the driver needs (policy/seccomp.c names
+ *     each addition), installed with TSYNC on every thread.
+ * policy_seccomp_late(POLICY_WORKER) is the CPU filter, for a GPU worker
+ * that found no usable device and runs on the CPU. */
+int policy_seccomp_late(policy_role role, policy_report *rep, char *err, size_t errlen);
+/* Measurement only (tests/cuda/test_gpu_sandbox.c --learn; the worker
+ * never calls it): role's filter with every refusal turned
+ * into a trap whose handler records the call and performs it, so that one
+ * run lists what the filter would refuse. report writes the list. */
+int policy_seccomp_learn(policy_role role, char *err, size_t errlen);
+int policy_seccomp_learn_report(char *buf, size_t len);
 
 /* Hidden entry points, dispatched first in the worker's and fetcher's main
  * (argv[1] == "--self-test" / "--probe"). "--role importer" selects the

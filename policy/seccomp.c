@@ -72,8 +72,15 @@ typedef struct {
 	int rules;
 } bpf_buf;
 
+/* Learn mode (policy_seccomp_learn): every refusal traps instead, and the
+ * one syscall instruction of learn_gadget is let through. */
+static int g_learn;
+static uint64_t g_learn_ip;
+
 static void emit(bpf_buf *b, uint16_t code, uint8_t jt, uint8_t jf, uint32_t k)
 {
+	if (g_learn && code == (BPF_RET | BPF_K) && k != SECCOMP_RET_ALLOW)
+		k = SECCOMP_RET_TRAP;
 	if (b->n >= b->cap) {
 		b->overflow = 1;
 		return;
@@ -155,6 +162,13 @@ int pol_seccomp_build(const pol_role_def *d, int self_pid,
 	emit(&b, BPF_LD | BPF_W | BPF_ABS, 0, 0, offsetof(struct seccomp_data, arch));
 	emit(&b, BPF_JMP | BPF_JEQ | BPF_K, 1, 0, POL_AUDIT_ARCH);
 	emit(&b, BPF_RET | BPF_K, 0, 0, RET_KILL);
+	if (g_learn) {
+		emit(&b, BPF_LD | BPF_W | BPF_ABS, 0, 0, offsetof(struct seccomp_data, instruction_pointer));
+		emit(&b, BPF_JMP | BPF_JEQ | BPF_K, 0, 3, (uint32_t)g_learn_ip);
+		emit(&b, BPF_LD | BPF_W | BPF_ABS, 0, 0, offsetof(struct seccomp_data, instruction_pointer) + 4);
+		emit(&b, BPF_JMP | BPF_JEQ | BPF_K, 0, 1, (uint32_t)(g_learn_ip >> 32));
+		emit(&b, BPF_RET | BPF_K, 0, 0, RET_ALLOW);
+	}
 	emit(&b, BPF_LD | BPF_W | BPF_ABS, 0, 0, offsetof(struct seccomp_data, nr));
 #ifdef POL_X32_BIT
 	emit(&b, BPF_JMP | BPF_JGE | BPF_K, 0, 1, POL_X32_BIT);
@@ -221,7 +235,29 @@ int pol_seccomp_build(const pol_role_def *d, int self_pid,
 	cond pl[] = { C1(ARG_LO(0), FULL, 0), C1(ARG_LO(2), FULL, 0), C1(ARG_HI(2), FULL, 0) };
 	rule_if(&b, SYS_prlimit64, pl, 3, RET_ERRNO(EPERM));
 
-	rule(&b, SYS_ioctl, RET_ERRNO(ENOTTY));
+	if (d->gpu) {
+		/* The NVIDIA driver talks to its device nodes by ioctl: the
+		 * resource manager's escapes on /dev/nvidiactl and /dev/nvidiaN
+		 * (type 'F', NV_IOCTL_MAGIC), and the UVM driver's on
+		 * /dev/nvidia-uvm (plain numbers below 0x100, and
+		 * UVM_INITIALIZE/DEINITIALIZE 0x30000001/2). Everything else
+		 * (terminal ioctls, TIOCSTI) still fails with ENOTTY. The fd is
+		 * not checked: the worker holds no terminal it could reach
+		 * with these numbers. */
+		emit(&b, BPF_JMP | BPF_JEQ | BPF_K, 0, 8, SYS_ioctl);
+		emit(&b, BPF_LD | BPF_W | BPF_ABS, 0, 0, ARG_LO(1));
+		emit(&b, BPF_JMP | BPF_JGE | BPF_K, 0, 5, 0x100);       /* < 0x100: allow */
+		emit(&b, BPF_JMP | BPF_JEQ | BPF_K, 4, 0, 0x30000001u);
+		emit(&b, BPF_JMP | BPF_JEQ | BPF_K, 3, 0, 0x30000002u);
+		emit(&b, BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xff00);
+		emit(&b, BPF_JMP | BPF_JEQ | BPF_K, 1, 0, 0x4600);      /* 'F' << 8 */
+		emit(&b, BPF_RET | BPF_K, 0, 0, RET_ERRNO(ENOTTY));
+		emit(&b, BPF_RET | BPF_K, 0, 0, RET_ALLOW);
+		emit(&b, BPF_LD | BPF_W | BPF_ABS, 0, 0, offsetof(struct seccomp_data, nr));
+		b.rules++;
+	} else {
+		rule(&b, SYS_ioctl, RET_ERRNO(ENOTTY));
+	}
 	rule(&b, SYS_clone3, RET_ERRNO(ENOSYS));
 	if (d->threads) {
 		cond cl[] = { C1(ARG_LO(0), ~(uint32_t)THREAD_ALLOWED, 0),
@@ -306,3 +342,135 @@ int pol_seccomp_apply(const pol_role_def *d, policy_report *rep,
 	         "%d BPF instructions, all threads (TSYNC)", nrules, n);
 	return 0;
 }
+
+/* ---- learn mode (measurement only; policy.h) ---- */
+
+#if defined(__x86_64__)
+#include <signal.h>
+#include <stdatomic.h>
+#include <ucontext.h>
+
+/* syscall(nr, a0..a5) through the one instruction the learn filter allows
+ * (its address + 2, the instruction pointer seccomp sees, is
+ * pol_learn_ret). */
+long pol_learn_gadget(long nr, long a0, long a1, long a2, long a3, long a4, long a5);
+extern char pol_learn_ret[];
+__asm__(".text\n.globl pol_learn_gadget\n.type pol_learn_gadget,@function\npol_learn_gadget:\n"
+	"\tmov %rdi,%rax\n\tmov %rsi,%rdi\n\tmov %rdx,%rsi\n\tmov %rcx,%rdx\n\tmov %r8,%r10\n"
+	"\tmov %r9,%r8\n\tmov 8(%rsp),%r9\n\tsyscall\n.globl pol_learn_ret\npol_learn_ret:\n\tret\n");
+
+typedef struct {
+	long nr, a, b;
+	atomic_long count;
+	char path[56];
+} learn_rec;
+static learn_rec g_rec[256];
+static atomic_int g_nrec;
+
+/* What identifies a call: the syscall and the argument that decides. */
+static void learn_key(long nr, const long *a, long *k1, long *k2)
+{
+	*k1 = *k2 = 0;
+	switch (nr) {
+	case SYS_ioctl: *k1 = a[1]; break;
+	case SYS_mmap: case SYS_mprotect: *k1 = a[2]; *k2 = nr == SYS_mmap ? a[3] : 0; break;
+	case SYS_fcntl: case SYS_prctl: *k1 = nr == SYS_prctl ? a[0] : a[1]; break;
+	case SYS_openat: *k1 = a[2]; break;
+	case SYS_clone: case SYS_socket: *k1 = a[0]; break;
+	default: break;
+	}
+}
+
+static void learn_sigsys(int sig, siginfo_t *si, void *ucv)
+{
+	(void)sig;
+	ucontext_t *uc = ucv;
+	greg_t *g = uc->uc_mcontext.gregs;
+	long nr = si->si_syscall;
+	long a[6] = { g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9] };
+	long k1, k2;
+	learn_key(nr, a, &k1, &k2);
+	int n = atomic_load(&g_nrec), i;
+	for (i = 0; i < n && i < 256; i++)
+		if (g_rec[i].nr == nr && g_rec[i].a == k1 && g_rec[i].b == k2)
+			break;
+	if (i >= n) {
+		i = atomic_fetch_add(&g_nrec, 1);
+		if (i < 256) {
+			g_rec[i].nr = nr;
+			g_rec[i].a = k1;
+			g_rec[i].b = k2;
+			if ((nr == SYS_openat || nr == SYS_newfstatat) && a[1]) {
+				const char *p = (const char *)a[1];
+				size_t j = 0;
+				for (; j + 1 < sizeof g_rec[i].path && p[j]; j++)
+					g_rec[i].path[j] = p[j];
+				g_rec[i].path[j] = 0;
+			}
+		}
+	}
+	if (i < 256)
+		atomic_fetch_add(&g_rec[i].count, 1);
+	g[REG_RAX] = pol_learn_gadget(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+int pol_seccomp_learn_apply(const pol_role_def *d, char *err, size_t errlen)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = learn_sigsys;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGSYS, &sa, NULL) != 0) {
+		snprintf(err, errlen, "learn: sigaction: %s", strerror(errno));
+		return -1;
+	}
+	struct sock_filter f[512];
+	g_learn = 1;
+	g_learn_ip = (uint64_t)(uintptr_t)pol_learn_ret;
+	int n = pol_seccomp_build(d, (int)getpid(), f, sizeof f / sizeof f[0], NULL);
+	g_learn = 0;
+	if (n < 0) {
+		snprintf(err, errlen, "learn: filter too large");
+		return -1;
+	}
+	struct sock_fprog prog = { (unsigned short)n, f };
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) != 0) {
+		snprintf(err, errlen, "learn: seccomp: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int pol_seccomp_learn_dump(char *buf, size_t len)
+{
+	size_t o = 0;
+	int n = atomic_load(&g_nrec);
+	if (!len)
+		return -1;
+	buf[0] = 0;
+	for (int i = 0; i < n && i < 256 && o < len; i++) {
+		int k = snprintf(buf + o, len - o, "learn: nr %ld arg 0x%lx 0x%lx x%ld %s\n", g_rec[i].nr,
+				 (unsigned long)g_rec[i].a, (unsigned long)g_rec[i].b, (long)atomic_load(&g_rec[i].count),
+				 g_rec[i].path);
+		if (k < 0)
+			break;
+		o += (size_t)k;
+	}
+	return (int)(o < len ? o : len - 1);
+}
+#else
+int pol_seccomp_learn_apply(const pol_role_def *d, char *err, size_t errlen)
+{
+	(void)d;
+	snprintf(err, errlen, "learn mode: x86-64 only");
+	return -1;
+}
+
+int pol_seccomp_learn_dump(char *buf, size_t len)
+{
+	if (len)
+		buf[0] = 0;
+	return 0;
+}
+#endif

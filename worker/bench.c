@@ -90,6 +90,13 @@ int exec_bench(session *s, const wc_bench_req *r, wc_bench_res *out, wc_error *e
 	memset(out, 0, sizeof(*out));
 	memset(e, 0, sizeof(*e));
 	int longest = r->prefill > r->long_ctx ? r->prefill : r->long_ctx;
+	if (s->gpu && longest + r->decode + 1 <= st->ctx) { /* the GPU's own figures (worker/session_cuda.c) */
+		if (s->gpu->bench(s, r, out, e->msg, sizeof(e->msg))) {
+			e->kind = WC_ERR_INVALID;
+			return -1;
+		}
+		return 0;
+	}
 	if (r->prefill < 1 || r->decode < 1 || r->long_ctx < 16 || longest + r->decode + 1 > st->ctx) {
 		e->kind = WC_ERR_INVALID;
 		snprintf(e->msg, sizeof(e->msg), "bench needs a context of %d tokens; this one holds %d (--ctx)",

@@ -289,7 +289,7 @@ int exec_logits(session *s, const int *ids, size_t n, int decode, float *logits,
 	s->st.pos = 0;
 	for (size_t done = 0; done < n;) {
 		size_t step = n - done < batch ? n - done : batch;
-		if (model_forward(&s->m, &s->st, ids + done, (int)step, 1)) {
+		if (session_forward(s, ids + done, (int)step, 1)) {
 			snprintf(e->msg, sizeof(e->msg), "forward pass failed");
 			e->kind = WC_ERR_INVALID;
 			s->st.pos = 0;
@@ -309,13 +309,13 @@ int exec_greedy(session *s, const int *ids, size_t n, int gen, int *out, wc_erro
 	s->st.pos = 0;
 	for (size_t done = 0; done < n;) {
 		size_t step = n - done < (size_t)s->st.max_batch ? n - done : (size_t)s->st.max_batch;
-		if (model_forward(&s->m, &s->st, ids + done, (int)step, 0))
+		if (session_forward(s, ids + done, (int)step, 0))
 			goto fail;
 		done += step;
 	}
 	for (int g = 0; g < gen; g++) {
 		out[g] = sampler_argmax(s->st.logits, s->m.cfg.vocab);
-		if (g + 1 < gen && model_forward(&s->m, &s->st, &out[g], 1, 0))
+		if (g + 1 < gen && session_forward(s, &out[g], 1, 0))
 			goto fail;
 	}
 	s->st.pos = 0;

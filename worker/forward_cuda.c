@@ -350,6 +350,26 @@ static int queue_greedy_step(const gpu_model *g, gpu_state *s)
 	return queue_forward(g, s, s->d_next, 1, 0);
 }
 
+/* Captures the greedy step once (every kernel of it ran outside the
+ * capture first: module loading cannot happen inside one). */
+static int ensure_step(const gpu_model *g, gpu_state *s)
+{
+	if (s->step)
+		return 0;
+	if (kc_argmax(s->logits, g->cfg.vocab, s->d_next, NULL, s->d_pos) || kc_sync())
+		return -1;
+	if (kc_capture_begin())
+		return -1;
+	int rc = queue_greedy_step(g, s);
+	kc_graph *gr = NULL;
+	if (kc_capture_end(&gr) || rc) {
+		kc_graph_free(gr);
+		return -1;
+	}
+	s->step = gr;
+	return 0;
+}
+
 int gpu_decode_greedy(const gpu_model *g, gpu_state *s, int steps, int *out)
 {
 	if (steps < 0 || s->pos + steps > s->ctx)
@@ -357,21 +377,8 @@ int gpu_decode_greedy(const gpu_model *g, gpu_state *s, int steps, int *out)
 	if (!steps)
 		return 0;
 	int p0 = s->pos;
-	if (!s->step) {
-		/* every kernel of the step launched once outside the capture
-		 * (module loading); the forward kernels ran in the prefill */
-		if (kc_argmax(s->logits, g->cfg.vocab, s->d_next, NULL, s->d_pos) || kc_sync())
-			return -1;
-		if (kc_capture_begin())
-			return -1;
-		int rc = queue_greedy_step(g, s);
-		kc_graph *gr = NULL;
-		if (kc_capture_end(&gr) || rc) {
-			kc_graph_free(gr);
-			return -1;
-		}
-		s->step = gr;
-	}
+	if (ensure_step(g, s))
+		return -1;
 	for (int i = 0; i < steps; i++)
 		if (kc_graph_launch(s->step))
 			return -1;
@@ -379,4 +386,30 @@ int gpu_decode_greedy(const gpu_model *g, gpu_state *s, int steps, int *out)
 	if (kc_download(out, s->d_hist + p0, (size_t)steps * sizeof(int)))
 		return -1;
 	return kc_sync();
+}
+
+int gpu_set_pos(gpu_state *s, int pos)
+{
+	if (pos < 0 || pos > s->ctx)
+		return -1;
+	s->pos = pos;
+	return kc_upload(s->d_pos, &pos, sizeof(int));
+}
+
+int gpu_greedy_queue(const gpu_model *g, gpu_state *s)
+{
+	if (s->pos + 1 > s->ctx || ensure_step(g, s))
+		return -1;
+	int p = s->pos;
+	if (kc_graph_launch(s->step) || kc_stage_int(s->d_hist + p, p % KC_STAGE_SLOTS))
+		return -1;
+	s->pos++;
+	return 0;
+}
+
+int gpu_greedy_token(gpu_state *s, int pos, int *tok)
+{
+	if (pos < 0 || pos >= s->pos)
+		return -1;
+	return kc_stage_wait(pos % KC_STAGE_SLOTS, tok);
 }

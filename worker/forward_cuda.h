@@ -80,4 +80,18 @@ int gpu_logits(const gpu_model *g, const gpu_state *s, float *out, int rows);
  * chosen ids too (steps more positions). Returns 0 or -1. */
 int gpu_decode_greedy(const gpu_model *g, gpu_state *s, int steps, int *out);
 
+/* Moves the cache position (host and device) to pos <= ctx: what lies at
+ * pos and after is dropped. Waits for the queued work. */
+int gpu_set_pos(gpu_state *s, int pos);
+/* Pipelined greedy decoding, one step per call: queues the captured step
+ * (argmax of the current logits = the token at position s->pos, then its
+ * forward pass) and an asynchronous copy of that token to a pinned slot;
+ * s->pos += 1. Nothing waits: several steps can be queued before the first
+ * token is read with gpu_greedy_token. At most KC_STAGE_SLOTS steps may be
+ * in flight. Returns 0, or -1 (context full, CUDA error). */
+int gpu_greedy_queue(const gpu_model *g, gpu_state *s);
+/* The token that the step queued for position pos chose (waits for that
+ * step only). */
+int gpu_greedy_token(gpu_state *s, int pos, int *tok);
+
 #endif

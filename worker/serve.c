@@ -161,6 +161,7 @@ static int do_load(server *sv, ipc_msg *m)
 		return send_error(sv, WC_ERR_MODEL, "malformed model manifest", 0, 0);
 	}
 	memset(&sv->s, 0, sizeof(sv->s));
+	sv->s.gpu = worker_gpu;
 	if (model_from_parts(&sv->s.m, &cfg, &st, err, sizeof(err)) ||
 	    session_init(&sv->s, &f, (int)ctx, err, sizeof(err))) {
 		munmap((void *)man, manlen);
@@ -184,6 +185,7 @@ static int do_load(server *sv, ipc_msg *m)
 	info.n_kv_heads = c->n_kv_heads;
 	info.weight_bytes = sv->s.m.weight_bytes;
 	info.decode_bytes = sv->s.m.decode_bytes;
+	snprintf(info.device, sizeof(info.device), "%s", sv->s.device);
 	uint8_t buf[1024];
 	ipc_wr w;
 	ipc_wr_init(&w, buf, sizeof(buf));
@@ -455,6 +457,8 @@ static int do_import(server *sv, ipc_msg *m)
 }
 
 int worker_fault_after = -1;
+const session_gpu *worker_gpu;
+int (*worker_after_load)(void);
 
 int worker_serve(int sock, int importer)
 {
@@ -506,6 +510,14 @@ int worker_serve(int sock, int importer)
 		if (bad) {
 			fprintf(stderr, "mlxr-worker: protocol error on message type %u\n", m.type);
 			return 1;
+		}
+		/* The GPU worker's last lockdown step, once LOAD is answered
+		 * (weights on the device), whatever its outcome. */
+		if (m.type == IPC_LOAD && worker_after_load) {
+			int (*f)(void) = worker_after_load;
+			worker_after_load = NULL;
+			if (f())
+				return 1;
 		}
 	}
 }

@@ -12,5 +12,12 @@ int worker_serve(int sock, int importer);
  * with a malformed packet, to prove the broker ends such a worker and
  * keeps serving. -1: never. */
 extern int worker_fault_after;
+/* The GPU worker (worker_main.c): the device backend every loaded session
+ * uses (NULL: the CPU), and the lockdown step run once the first LOAD has
+ * been answered, whatever its outcome (its seccomp filter; nonzero ends
+ * the worker). */
+struct session_gpu;
+extern const struct session_gpu *worker_gpu;
+extern int (*worker_after_load)(void);
 
 #endif

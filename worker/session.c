@@ -130,16 +130,27 @@ int session_init(session *s, const mf_files *f, int ctx, char *err, size_t errle
 		ctx = c->max_pos;
 	uint64_t kv = 2ull * (uint64_t)c->n_layers * (uint64_t)ctx * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
 	uint64_t scratch = (uint64_t)SESSION_PREFILL_BATCH * ((uint64_t)c->vocab + (uint64_t)ctx + 8ull * (uint64_t)(c->hidden + c->inter)) * 4;
-	uint64_t need = s->m.weight_bytes + kv + scratch, avail = mem_available();
+	/* With a GPU the weights and the cache live in device memory (the
+	 * backend checks that); the host keeps the logits scratch only. */
+	uint64_t need = s->gpu ? scratch : s->m.weight_bytes + kv + scratch, avail = mem_available();
 	if (avail && need > avail) {
 		snprintf(err, errlen, "model needs %.2f GiB (weights %.2f GiB + KV cache %.2f GiB at --ctx %d) but only %.2f GiB "
 			 "of memory is available; try a smaller --ctx or a smaller model",
 			 need / 1073741824.0, s->m.weight_bytes / 1073741824.0, kv / 1073741824.0, ctx, avail / 1073741824.0);
 		goto fail;
 	}
-	if (model_state_init(&s->st, &s->m, ctx, SESSION_PREFILL_BATCH)) {
+	if (model_state_init(&s->st, &s->m, s->gpu ? 1 : ctx, SESSION_PREFILL_BATCH)) {
 		snprintf(err, errlen, "out of memory for a %d-token context", ctx);
 		goto fail;
+	}
+	if (s->gpu) {
+		/* st.k/v hold one token and are never used: the cache is on the
+		 * device; st.ctx is the device cache's size. */
+		s->st.ctx = ctx;
+		if (s->gpu->open(s, ctx, err, errlen))
+			goto fail;
+	} else {
+		snprintf(s->device, sizeof(s->device), "cpu (%s, %d threads)", kernels_best()->name, kpool_threads());
 	}
 	s->cache_cap = (size_t)ctx;
 	s->cache_ids = malloc(sizeof(int) * s->cache_cap);
@@ -170,6 +181,8 @@ int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
 
 void session_close(session *s)
 {
+	if (s->gpu && s->gh)
+		s->gpu->close(s);
 	if (s->tok)
 		tok_free(s->tok);
 	model_state_free(&s->st);
@@ -181,6 +194,13 @@ void session_close(session *s)
 void session_reset(session *s)
 {
 	s->st.pos = 0;
+}
+
+int session_forward(session *s, const int *ids, int n, int all_logits)
+{
+	if (s->gpu)
+		return s->gpu->forward(s, ids, n, all_logits, 1);
+	return model_forward(&s->m, &s->st, ids, n, all_logits);
 }
 
 int session_encode_plain(session *s, const char *text, size_t len, int **ids, size_t *n, char *err, size_t errlen)
@@ -323,9 +343,20 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 	s->st.pos = (int)keep;
 	stats->prompt_tokens = n;
 	stats->prefilled = n - keep;
+	/* Greedy without penalties on a GPU: the token is chosen on the
+	 * device and the next step is queued before it is read back (two
+	 * steps in flight); the logits never leave the device. Every other
+	 * sampler setting copies the last logits row back and uses
+	 * sampler_pick, as on the CPU. */
+	const sampler_params *sp = &p->sp;
+	int dev_greedy = s->gpu && sp->temperature <= 0.0f &&
+			 (sp->repeat_penalty == 1.0f || sp->repeat_penalty <= 0.0f || sp->repeat_last_n <= 0) &&
+			 sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
 	for (size_t done = keep; done < n;) {
 		size_t step = n - done < (size_t)s->st.max_batch ? n - done : (size_t)s->st.max_batch;
-		if (model_forward(&s->m, &s->st, ids + done, (int)step, 0)) {
+		int copy = !dev_greedy || done + step < n;
+		if (s->gpu ? s->gpu->forward(s, ids + done, (int)step, 0, copy)
+			   : model_forward(&s->m, &s->st, ids + done, (int)step, 0)) {
 			snprintf(err, errlen, "forward pass failed");
 			s->st.pos = 0;
 			goto out;
@@ -341,8 +372,24 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 	double t1 = session_now();
 	stats->prefill_s = t1 - t0;
 	float *logits = s->st.logits;
-	for (;;) {
-		int tok = sampler_pick(&smp, logits, hist, nh);
+	const int base = s->st.pos; /* dev_greedy: position of the first generated token */
+	int queued = 0, accepted = 0;
+	for (int k = 0;; k++) {
+		int tok;
+		if (dev_greedy) {
+			/* step j picks the token at base + j and runs its forward;
+			 * it is queued only where the CPU loop would run it too */
+			while (queued < k + 2 && base + queued < s->st.ctx &&
+			       (p->max_tokens <= 0 || queued < p->max_tokens)) {
+				if (s->gpu->greedy_queue(s))
+					goto gpu_fail;
+				queued++;
+			}
+			if (k >= queued || s->gpu->greedy_token(s, base + k, &tok))
+				goto gpu_fail;
+		} else {
+			tok = sampler_pick(&smp, logits, hist, nh);
+		}
 		if (stats->generated == 0)
 			stats->ttft_s = session_now() - t0;
 		int is_stop = 0;
@@ -377,12 +424,17 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 			stats->stop_reason = 4;
 			break;
 		}
-		if (s->st.pos + 1 >= s->st.ctx) {
+		int at = dev_greedy ? base + k : s->st.pos;
+		if (at + 1 >= s->st.ctx) {
 			stats->stop_reason = 3;
 			break;
 		}
-		int at = s->st.pos;
-		if (model_forward(&s->m, &s->st, &tok, 1, 0)) {
+		if (dev_greedy) { /* its forward already ran on the device */
+			s->cache_ids[at] = tok;
+			accepted++;
+			continue;
+		}
+		if (session_forward(s, &tok, 1, 0)) {
 			snprintf(err, errlen, "forward pass failed");
 			goto out;
 		}
@@ -396,6 +448,15 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 			stats->stop_reason = 1;
 	}
 done:
+	/* The device ran one or two steps ahead: the cache keeps the tokens
+	 * the loop accepted (what the CPU path would hold). */
+	if (dev_greedy && s->gpu->set_pos(s, base + accepted)) {
+	gpu_fail:
+		snprintf(err, errlen, "forward pass failed (GPU)");
+		s->st.pos = 0;
+		s->gpu->set_pos(s, 0);
+		goto out;
+	}
 	stats->decode_s = session_now() - t1;
 	rc = 0;
 out:

@@ -17,11 +17,14 @@
 #include "worker/model.h"
 #include "worker/sampler.h"
 #include "worker/tokenizer.h"
+#include "common/wcapi.h"
 
 #define SESSION_MAX_STOPS 8
 #define SESSION_PREFILL_BATCH 256
 
-typedef struct {
+struct session_gpu;
+
+typedef struct session {
 	model m;
 	tokenizer *tok;
 	chat_config chat;
@@ -33,7 +36,34 @@ typedef struct {
 	model_state st;
 	int *cache_ids;       /* ids whose K/V are in st (st.pos of them) */
 	size_t cache_cap;
+	/* A device that runs the forward pass (set before session_init; NULL:
+	 * the CPU). With one, st keeps only the host logits the sampler reads
+	 * ([max_batch][vocab]); st.pos and st.ctx are still the cache's
+	 * position and size, its K/V live on the device (gh). */
+	const struct session_gpu *gpu;
+	void *gh;
+	char device[96];      /* "cpu (N threads, kernels)" or the GPU's name */
 } session;
+
+/* The device backend's operations (worker/session_cuda.c). */
+typedef struct session_gpu {
+	/* Uploads s->m, makes the device cache of ctx tokens, fills
+	 * s->device. */
+	int (*open)(session *s, int ctx, char *err, size_t errlen);
+	void (*close)(session *s);
+	/* model_forward on the device at s->st.pos (n <= st.max_batch);
+	 * s->st.pos += n. copy: the logits rows to s->st.logits ([n][vocab]
+	 * if all_logits, else the last row). */
+	int (*forward)(session *s, const int *ids, int n, int all_logits, int copy);
+	/* One greedy step chosen on the device from the current logits, for
+	 * position pos (steps queue without waiting; see
+	 * forward_cuda.h gpu_greedy_queue), then its token. */
+	int (*greedy_queue)(session *s);
+	int (*greedy_token)(session *s, int pos, int *tok);
+	/* Sets the cache position (drops what lies after it). */
+	int (*set_pos)(session *s, int pos);
+	int (*bench)(session *s, const wc_bench_req *r, wc_bench_res *out, char *err, size_t errlen);
+} session_gpu;
 
 typedef struct {
 	sampler_params sp;
@@ -76,6 +106,10 @@ int session_encode_chat(session *s, const chat_msg *msgs, size_t n, const chat_o
 
 int session_generate(session *s, const int *ids, size_t n, const gen_params *p, session_emit emit, void *arg,
 		     gen_stats *stats, char *err, size_t errlen);
+
+/* model_forward on whichever device the session uses; with a GPU the
+ * logits are copied into s->st.logits. */
+int session_forward(session *s, const int *ids, int n, int all_logits);
 
 /* Drops the KV cache (next generate prefills everything). */
 void session_reset(session *s);

@@ -6,7 +6,15 @@
  * no_new_privs, rlimits, Landlock, seccomp, in that order); then it serves
  * requests (worker/serve.c) until the broker hangs up.
  *
- *   mlxr-worker [--role worker|importer] [--no-sandbox]
+ *   mlxr-worker [--role worker|importer] [--device auto|cpu|cuda] [--no-sandbox]
+ *
+ * --device (worker role): auto (the default) runs on CUDA device 0 when
+ * this binary was built with nvcc (MLXR_CUDA) and /dev/nvidiactl exists,
+ * else on the CPU exactly as a build without CUDA does. A GPU worker locks
+ * down in two steps (policy.h, POLICY_GPU_WORKER): every layer but seccomp
+ * before cuInit, seccomp once the first LOAD is answered (weights on the
+ * device). When cuInit fails under auto it runs on the CPU with the CPU
+ * worker's seccomp filter under the GPU worker's Landlock rules.
  *   mlxr-worker --self-test ...   (policy proofs, tests/py/test_sandbox.py)
  *   mlxr-worker --probe           (what `mlxr doctor` reports)
  *   mlxr-worker --ipc-fault-after N  (test only: a malformed answer to request N+1)
@@ -20,15 +28,35 @@
 #include "common/ipc.h"
 #include "policy/policy.h"
 #include "worker/serve.h"
+#ifdef MLXR_CUDA
+#include "worker/session_cuda.h"
+
+/* The GPU worker's last step (worker_after_load). */
+static int gpu_lockdown(void)
+{
+	policy_report rep;
+	char err[256];
+	if (policy_seccomp_late(POLICY_GPU_WORKER, &rep, err, sizeof(err))) {
+		fprintf(stderr, "mlxr-worker: sandbox: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+#endif
 
 #define IPC_FD 3
 
 int main(int argc, char **argv)
 {
 	policy_role role = POLICY_WORKER;
+	const char *device = "auto";
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--role") && i + 1 < argc && !strcmp(argv[i + 1], "importer"))
 			role = POLICY_IMPORTER;
+		if (!strcmp(argv[i], "--role") && i + 1 < argc && !strcmp(argv[i + 1], "gpu-worker"))
+			role = POLICY_GPU_WORKER; /* --probe / --self-test only */
+		if (!strcmp(argv[i], "--device") && i + 1 < argc)
+			device = argv[i + 1];
 		if (!strcmp(argv[i], "--ipc-fault-after") && i + 1 < argc)
 			worker_fault_after = atoi(argv[i + 1]);
 	}
@@ -47,6 +75,42 @@ int main(int argc, char **argv)
 	char err[256];
 	memset(&po, 0, sizeof(po));
 	policy_opts_from_args(&po, argc, argv);
+	if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda")) {
+		fprintf(stderr, "mlxr-worker: --device %s: expected auto, cpu or cuda\n", device);
+		return 2;
+	}
+	if (role == POLICY_GPU_WORKER)
+		role = POLICY_WORKER;
+#ifdef MLXR_CUDA
+	if (role == POLICY_WORKER &&
+	    (!strcmp(device, "cuda") || (!strcmp(device, "auto") && access("/dev/nvidiactl", F_OK) == 0))) {
+		if (policy_apply(POLICY_GPU_WORKER, &po, &rep, err, sizeof(err))) {
+			fprintf(stderr, "mlxr-worker: sandbox: %s\n", err);
+			return 1;
+		}
+		if (session_cuda_init(err, sizeof(err)) == 0) {
+			worker_gpu = &session_cuda;
+			if (!po.no_sandbox)
+				worker_after_load = gpu_lockdown;
+			return worker_serve(IPC_FD, 0);
+		}
+		if (!strcmp(device, "cuda")) {
+			fprintf(stderr, "mlxr-worker: --device cuda: %s\n", err);
+			return 1;
+		}
+		/* auto: no usable device after all; the CPU, locked down now */
+		if (!po.no_sandbox && policy_seccomp_late(POLICY_WORKER, &rep, err, sizeof(err))) {
+			fprintf(stderr, "mlxr-worker: sandbox: %s\n", err);
+			return 1;
+		}
+		return worker_serve(IPC_FD, 0);
+	}
+#else
+	if (!strcmp(device, "cuda")) {
+		fprintf(stderr, "mlxr-worker: --device cuda: this mlxr-worker was built without CUDA (no nvcc at build time)\n");
+		return 1;
+	}
+#endif
 	if (policy_apply(role, &po, &rep, err, sizeof(err))) {
 		fprintf(stderr, "mlxr-worker: sandbox: %s\n", err);
 		return 1;

@@ -25,6 +25,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
@@ -38,6 +39,8 @@ static cudaStream_t g_stream;
 static cudaEvent_t g_ev[8];
 static int g_ready;
 static int g_sms = 132;
+static int *g_stage;                      /* [KC_STAGE_SLOTS] pinned host */
+static cudaEvent_t g_stage_ev[KC_STAGE_SLOTS];
 
 static int fail(const char *what, cudaError_t e)
 {
@@ -63,11 +66,20 @@ extern "C" int kc_init(int dev)
 {
 	if (g_ready)
 		return 0;
+	setenv("CUDA_CACHE_DISABLE", "1", 0);
+	setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 	CK(cudaSetDevice(dev));
 	CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
 	for (int i = 0; i < 8; i++)
 		CK(cudaEventCreate(&g_ev[i]));
 	CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
+	CK(cudaHostAlloc((void **)&g_stage, KC_STAGE_SLOTS * sizeof(int), cudaHostAllocDefault));
+	for (int i = 0; i < KC_STAGE_SLOTS; i++)
+		CK(cudaEventCreateWithFlags(&g_stage_ev[i], cudaEventDisableTiming));
+	/* the runtime finishes its lazy set-up here (context, module load),
+	 * before the caller locks the process down */
+	CK(cudaFree(0));
+	CK(cudaStreamSynchronize(g_stream));
 	g_ready = 1;
 	return 0;
 }
@@ -1083,6 +1095,26 @@ extern "C" int kc_pos_advance(int *d_pos, int n)
 {
 	k_pos_advance<<<1, 1, 0, g_stream>>>(d_pos, n);
 	LAUNCHED("k_pos_advance");
+	return 0;
+}
+
+/* ---- token read-back ---- */
+
+extern "C" int kc_stage_int(const int *d_src, int slot)
+{
+	if (slot < 0 || slot >= KC_STAGE_SLOTS)
+		return fail("kc_stage_int", cudaErrorInvalidValue);
+	CK(cudaMemcpyAsync(&g_stage[slot], d_src, sizeof(int), cudaMemcpyDeviceToHost, g_stream));
+	CK(cudaEventRecord(g_stage_ev[slot], g_stream));
+	return 0;
+}
+
+extern "C" int kc_stage_wait(int slot, int *out)
+{
+	if (slot < 0 || slot >= KC_STAGE_SLOTS)
+		return fail("kc_stage_wait", cudaErrorInvalidValue);
+	CK(cudaEventSynchronize(g_stage_ev[slot]));
+	*out = ((volatile int *)g_stage)[slot];
 	return 0;
 }
 

@@ -35,7 +35,12 @@
 /* Number of CUDA devices (0 when there is no driver or no device; never
  * initialises more than the runtime needs to count). */
 int kc_device_count(void);
-/* Initialises device `dev` and makes the stream. */
+/* Initialises device `dev` and makes the stream, the timing events and
+ * the pinned token slots (kc_stage_*). Before the first CUDA call it sets
+ * CUDA_CACHE_DISABLE=1 (no JIT cache is written: the sandboxed worker may
+ * write nothing; the build ships sm_90 SASS) and CUDA_MODULE_LOADING=EAGER
+ * (every kernel is loaded here, before the worker's seccomp filter, not at
+ * its first launch), unless the environment sets them. */
 int kc_init(int dev);
 const char *kc_error(void);
 /* Device name and memory, for reports. */
@@ -109,6 +114,15 @@ int kc_attention(const float *q, const float *kcache, const float *vcache, float
 int kc_argmax(const float *logits, int vocab, int *d_out, int *d_hist, const int *d_pos);
 /* *d_pos += n (queued: advances the position inside a captured step). */
 int kc_pos_advance(int *d_pos, int n);
+
+/* ---- reading a token back without draining the stream ---- */
+/* Queues a copy of one int (device) into pinned host slot `slot`
+ * (0..KC_STAGE_SLOTS-1) and an event after it; kc_stage_wait waits for
+ * that event only, so work queued after the copy keeps the device busy
+ * while the host reads the value. */
+#define KC_STAGE_SLOTS 8
+int kc_stage_int(const int *d_src, int slot);
+int kc_stage_wait(int slot, int *out);
 
 /* ---- graphs: capture the queued work once, replay it ---- */
 typedef struct kc_graph kc_graph;

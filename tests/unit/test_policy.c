@@ -56,8 +56,8 @@ static uint32_t run_bpf(const struct sock_filter *f, int n, const struct seccomp
 	return 0;
 }
 
-static struct sock_filter prog[3][512];
-static int plen[3];
+static struct sock_filter prog[POLICY_ROLE_COUNT][512];
+static int plen[POLICY_ROLE_COUNT];
 
 static uint32_t decide(policy_role r, long nr, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3)
 {
@@ -155,6 +155,20 @@ static void test_filters(void)
 		CHECK(decide(p, SYS_newfstatat, AT_FDCWD, 0, 0, 0) == ERR(EACCES), "%d stat path", p);
 		CHECK(decide(p, SYS_socket, AF_INET, SOCK_STREAM, 0, 0) == KILL, "%d socket", p);
 		CHECK(decide(p, SYS_connect, 3, 0, 0, 0) == KILL, "%d connect", p);
+	}
+	/* the GPU worker: the worker's rules, plus the NVIDIA driver's ioctls */
+	{
+		const policy_role G = POLICY_GPU_WORKER;
+		CHECK(decide(G, SYS_clone, PTHREAD_FLAGS, 0, 0, 0) == ALLOW, "gpu pthread clone");
+		CHECK(decide(G, SYS_clone, PTHREAD_FLAGS & ~CLONE_THREAD, 0, 0, 0) == KILL, "gpu clone proc");
+		CHECK(decide(G, SYS_mmap, 0, 4096, PROT_READ | PROT_EXEC, 0) == KILL, "gpu mmap exec");
+		CHECK(decide(G, SYS_openat, AT_FDCWD, 0, O_RDONLY, 0) == ERR(EACCES), "gpu openat");
+		CHECK(decide(G, SYS_socket, AF_INET, SOCK_STREAM, 0, 0) == KILL, "gpu socket");
+		CHECK(decide(G, SYS_ioctl, 5, 0xc020462a /* NV_ESC_RM_CONTROL */, 0, 0) == ALLOW, "gpu nv ioctl");
+		CHECK(decide(G, SYS_ioctl, 5, 0x30000001 /* UVM_INITIALIZE */, 0, 0) == ALLOW, "gpu uvm init");
+		CHECK(decide(G, SYS_ioctl, 5, 0x21, 0, 0) == ALLOW, "gpu uvm ioctl");
+		CHECK(decide(G, SYS_ioctl, 2, 0x5401 /* TCGETS */, 0, 0) == ERR(ENOTTY), "gpu TCGETS");
+		CHECK(decide(W, SYS_ioctl, 5, 0xc020462a, 0, 0) == ERR(ENOTTY), "worker nv ioctl");
 	}
 	CHECK(decide(W, SYS_pwrite64, 5, 0, 1, 0) == KILL, "worker pwrite64");
 	CHECK(decide(W, SYS_ftruncate, 5, 0, 0, 0) == KILL, "worker ftruncate");
