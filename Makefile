@@ -93,6 +93,12 @@ kbench: $(BUILD)/kbench
 	$(BUILD)/kbench
 $(BUILD)/kbench: $(BUILD)/obj/bench/kbench.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# mlxr against llama.cpp and mlx-lm on the same shapes, bits and machine
+# (bench/run.py; not a test). BENCH_ARGS="--shapes llama3.2-1b --bits 4",
+# "--quick" for the smallest shape in one round.
+.PHONY: bench
+bench: $(BINS)
+	$(PYENV)/venv/bin/python bench/run.py --mlxr $(abspath $(BUILD)/mlxr) $(BENCH_ARGS)
 # The in-process baseline for the cost of privilege separation.
 $(BUILD)/inproc-bench: $(BUILD)/obj/bench/inproc_bench.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
