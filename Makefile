@@ -166,7 +166,7 @@ unit-test: $(TEST_BIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t; done
 
 py-test: fixtures $(BUILD)/mlxr
-	MLXR=$(abspath $(BUILD)/mlxr) $(PYENV)/venv/bin/python -m pytest -q tests/py
+	MLXR=$(abspath $(BUILD)/mlxr) MLXR_BUILD=$(abspath $(BUILD)) $(PYENV)/venv/bin/python -m pytest -q tests/py
 
 # Unit tests and the GGUF/safetensors hostile-input tests under ASan+UBSan.
 asan:

@@ -11,20 +11,7 @@
 #include <unistd.h>
 
 #include "broker/cmds.h"
-
-/* Directory of this executable into dir (no trailing slash). */
-static int self_dir(char *dir, size_t len)
-{
-	ssize_t n = readlink("/proc/self/exe", dir, len - 1);
-	if (n <= 0 || (size_t)n >= len - 1)
-		return -1;
-	dir[n] = 0;
-	char *slash = strrchr(dir, '/');
-	if (!slash)
-		return -1;
-	*slash = 0;
-	return 0;
-}
+#include "broker/spawn.h"
 
 /* Runs argv (argv[0]: the binary's path), its output going to our stdout.
  * Returns the child's exit status, or -1 when it did not exit normally. */
@@ -57,11 +44,7 @@ int cmd_doctor(int argc, char **argv)
 		fprintf(stderr, "usage: mlxr doctor\n");
 		return 2;
 	}
-	char dir[PATH_MAX], path[PATH_MAX + 32];
-	if (self_dir(dir, sizeof dir) != 0) {
-		fprintf(stderr, "mlxr doctor: cannot find my own executable\n");
-		return 1;
-	}
+	char path[PATH_MAX];
 	struct utsname u;
 	if (uname(&u) == 0)
 		printf("kernel: %s %s %s\n", u.sysname, u.release, u.machine);
@@ -74,7 +57,10 @@ int cmd_doctor(int argc, char **argv)
 	};
 	int bad = 0;
 	for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
-		snprintf(path, sizeof path, "%s/%s", dir, probes[i].bin);
+		if (spawn_sibling_path(probes[i].bin, path, sizeof path)) {
+			fprintf(stderr, "mlxr doctor: cannot find my own executable\n");
+			return 1;
+		}
 		printf("%s (%s):\n", probes[i].role, path);
 		char *av[] = { path, "--probe", NULL, NULL, NULL };
 		if (probes[i].role_arg) {

@@ -11,6 +11,7 @@
  * SHA-256 of the file itself.
  */
 #include "broker/fclient.h"
+#include "broker/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -74,19 +75,6 @@ const char *fclient_token(void)
 	return n ? tok : NULL;
 }
 
-static int sibling(const char *name, char *out, size_t len)
-{
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return -1;
-	self[n] = 0;
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return -1;
-	*slash = 0;
-	return snprintf(out, len, "%s/%s", self, name) >= (int)len ? -1 : 0;
-}
 
 static void reap(char *how, size_t len)
 {
@@ -133,11 +121,6 @@ static int start(char *err, size_t errlen)
 {
 	if (g_sock >= 0)
 		return 0;
-	char path[PATH_MAX];
-	if (sibling("mlxr-fetcher", path, sizeof(path)) || access(path, X_OK)) {
-		snprintf(err, errlen, "cannot find mlxr-fetcher next to mlxr");
-		return -1;
-	}
 	fetch_url ep;
 	char uerr[256];
 	if (fetch_url_parse(fclient_endpoint(), &ep, uerr, sizeof(uerr))) {
@@ -158,29 +141,12 @@ static int start(char *err, size_t errlen)
 	const char *ns = getenv("MLXR_FETCHER_NO_SANDBOX"); /* debugging only; the fetcher warns */
 	if (ns && !strcmp(ns, "1"))
 		argv[ac++] = "--no-sandbox";
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
-		snprintf(err, errlen, "socketpair: %s", strerror(errno));
+	pid_t p;
+	int sock;
+	if (spawn_child("mlxr-fetcher", argv, &p, &sock, err, errlen))
 		return -1;
-	}
-	pid_t p = fork();
-	if (p < 0) {
-		close(sv[0]);
-		close(sv[1]);
-		snprintf(err, errlen, "fork: %s", strerror(errno));
-		return -1;
-	}
-	if (p == 0) {
-		if (dup2(sv[1], 3) < 0)
-			_exit(127);
-		for (int fd = 4; fd < 1024; fd++)
-			close(fd);
-		execv(path, argv);
-		_exit(127);
-	}
-	close(sv[1]);
 	g_pid = p;
-	g_sock = sv[0];
+	g_sock = sock;
 	return 0;
 }
 

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "broker/spawn.h"
 #include "common/ipc.h"
 #include "common/json.h"
 #include "common/modelfiles.h"
@@ -67,21 +68,6 @@ static void set_err(wc_error *e, wc_error_kind k, const char *fmt, const char *a
 	snprintf(e->msg, sizeof(e->msg), fmt, a);
 }
 
-/* The sibling binary next to our own executable. */
-static int sibling(const char *name, char *out, size_t len)
-{
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return -1;
-	self[n] = 0;
-	char *slash = strrchr(self, '/');
-	if (!slash)
-		return -1;
-	*slash = 0;
-	return snprintf(out, len, "%s/%s", self, name) >= (int)len ? -1 : 0;
-}
-
 static const char *g_device; /* wclient_set_device; NULL: $MLXR_DEVICE or auto */
 
 static int device_ok(const char *d)
@@ -97,7 +83,7 @@ int wclient_set_device(const char *device)
 	return 0;
 }
 
-/* fork + exec of mlxr-worker with its socket on fd 3. */
+/* fork + exec of mlxr-worker (broker/spawn.c) with its role and flags. */
 static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *err, size_t errlen)
 {
 	const char *dev = g_device ? g_device : getenv("MLXR_DEVICE");
@@ -105,20 +91,10 @@ static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *
 		snprintf(err, errlen, "MLXR_DEVICE=%s: expected auto, cpu or cuda", dev);
 		return -1;
 	}
-	char path[PATH_MAX];
-	int sv[2];
-	if (sibling("mlxr-worker", path, sizeof(path)) || access(path, X_OK)) {
-		snprintf(err, errlen, "cannot find mlxr-worker next to mlxr");
-		return -1;
-	}
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
-		snprintf(err, errlen, "socketpair: %s", strerror(errno));
-		return -1;
-	}
 	/* MLXR_WORKER_FAULT_AFTER=N (tests): the worker answers request N+1
 	 * with a malformed packet, proving the broker survives it. */
 	const char *fault = getenv("MLXR_WORKER_FAULT_AFTER");
-	char *argv[8] = { "mlxr-worker", "--role", (char *)role, NULL, NULL, NULL, NULL, NULL };
+	char *argv[10] = { "mlxr-worker", "--role", (char *)role, NULL };
 	int ac = 3;
 	if (dev && *dev && strcmp(dev, "auto") && !strcmp(role, "worker")) {
 		argv[ac++] = "--device";
@@ -130,26 +106,8 @@ static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *
 		argv[ac++] = "--ipc-fault-after";
 		argv[ac++] = (char *)fault;
 	}
-	pid_t p = fork();
-	if (p < 0) {
-		close(sv[0]);
-		close(sv[1]);
-		snprintf(err, errlen, "fork: %s", strerror(errno));
-		return -1;
-	}
-	if (p == 0) {
-		/* Only async-signal-safe calls until exec. */
-		if (dup2(sv[1], 3) < 0)
-			_exit(127);
-		for (int fd = 4; fd < 1024; fd++)
-			close(fd);
-		execv(path, argv);
-		_exit(127);
-	}
-	close(sv[1]);
-	*pid = p;
-	*sock = sv[0];
-	return 0;
+	argv[ac] = NULL;
+	return spawn_child("mlxr-worker", argv, pid, sock, err, errlen);
 }
 
 static void describe_exit(int status, char *buf, size_t len)

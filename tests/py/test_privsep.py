@@ -122,14 +122,14 @@ def test_malformed_message_ends_the_worker_not_the_broker(smol, tmp_path):
                     return s
                 time.sleep(0.2)
             raise AssertionError(f"timeout waiting for {pattern!r}:\n{screen()}")
-        wait(r">>> ")
+        wait(r"(?m)^>>>\s*$")  # tmux drops the prompt's trailing space
         tmux("send-keys", "-t", session, "Hi", "Enter")
-        wait(r">>> Hi\n.+\n>>> ")
+        wait(r">>> Hi\n.+\n>>>")
         tmux("send-keys", "-t", session, "Hello again", "Enter")
-        s = wait(r">>> Hello again\n.*>>> ")
+        s = wait(r">>> Hello again\n.*\n>>>")
         assert "the model worker failed (ipc: header says 65535 payload bytes" in s
         tmux("send-keys", "-t", session, "What is the capital of France?", "Enter")
-        s = wait(r"France\?\n.*Paris.*>>> ")
+        s = wait(r"France\?\n.*Paris.*\n>>>")
         tmux("send-keys", "-t", session, "/bye", "Enter")
         end = time.time() + 20
         while not rc.exists() and time.time() < end:
