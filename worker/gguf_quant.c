@@ -6,68 +6,18 @@
  * Block layouts (ggml-common.h) are read byte by byte, little-endian, so no
  * struct packing or alignment is assumed.
  */
+#include "kernels/kernels.h"
 #include "worker/gguf.h"
 
 #include <math.h>
 #include <string.h>
 
-float gguf_f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
-	if (e == 0x1f) {
-		x = sign | 0x7f800000 | (m << 13);
-	} else if (e) {
-		x = sign | ((e + 112) << 23) | (m << 13);
-	} else {
-		/* zero or subnormal: m * 2^-24 is exact in f32 */
-		float f = (float)m * 0x1p-24f;
-		return sign ? -f : f;
-	}
-	float f;
-	memcpy(&f, &x, 4);
-	return f;
-}
-
-uint16_t gguf_f32_to_f16(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-	uint32_t a = x & 0x7fffffff;
-	if (a >= 0x7f800000) /* inf, NaN (kept quiet) */
-		return (uint16_t)(sign | 0x7c00 | (a > 0x7f800000 ? 0x200 : 0));
-	if (a >= 0x477ff000) /* >= 65520 rounds to inf */
-		return (uint16_t)(sign | 0x7c00);
-	if (a < 0x38800000) { /* below 2^-14: f16 subnormal or zero */
-		float v;
-		memcpy(&v, &a, 4);
-		/* v * 2^24 is exact; rintf rounds half to even (default mode). */
-		return (uint16_t)(sign | (uint16_t)rintf(v * 0x1p24f));
-	}
-	uint32_t h = ((((a >> 23) - 127 + 15)) << 10) | ((a & 0x7fffff) >> 13);
-	uint32_t rem = a & 0x1fff;
-	if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
-		h++; /* a carry into the exponent is still correct */
-	return (uint16_t)(sign | h);
-}
-
-float gguf_bf16_to_f32(uint16_t h)
-{
-	uint32_t x = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &x, 4);
-	return f;
-}
-
-uint16_t gguf_f32_to_bf16(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	if ((x & 0x7fffffff) > 0x7f800000)
-		return (uint16_t)((x >> 16) | 0x40);
-	return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
+/* The element conversions are the kernels' (kernels/cpu/convert.c, tested
+ * on every f16 pattern): one implementation of each rounding rule. */
+float gguf_f16_to_f32(uint16_t h) { return k_f16_to_f32(h); }
+uint16_t gguf_f32_to_f16(float f) { return k_f32_to_f16(f); }
+float gguf_bf16_to_f32(uint16_t h) { return k_bf16_to_f32(h); }
+uint16_t gguf_f32_to_bf16(float f) { return k_f32_to_bf16(f); }
 
 static float h2f(const uint8_t *p)
 {
