@@ -99,6 +99,23 @@ $(BUILD)/kbench: $(BUILD)/obj/bench/kbench.o $(BUILD)/libmlxr.a
 .PHONY: bench
 bench: $(BINS)
 	$(PYENV)/venv/bin/python bench/run.py --mlxr $(abspath $(BUILD)/mlxr) $(BENCH_ARGS)
+# Long stress run of the kernel thread pool with preemption injected into
+# pool.c (not a unit test: minutes; tests/unit/test_pool.c is the short one).
+# Spread over the CPUs, then every thread on one CPU; pool-stress-tsan: the
+# same under ThreadSanitizer (clang).
+POOL_STRESS_ARGS ?= -s 30 -t 2,3,4,8
+.PHONY: pool-stress pool-stress-tsan
+pool-stress: $(BUILD)/pool-stress
+	$(BUILD)/pool-stress $(POOL_STRESS_ARGS)
+	taskset -c 0 $(BUILD)/pool-stress $(POOL_STRESS_ARGS)
+$(BUILD)/pool-stress: bench/pool_stress.c kernels/cpu/pool.c kernels/kernels.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DKPOOL_STRESS -o $@ bench/pool_stress.c kernels/cpu/pool.c -pthread
+pool-stress-tsan: $(BUILD)/pool-stress-tsan
+	$(BUILD)/pool-stress-tsan $(POOL_STRESS_ARGS)
+$(BUILD)/pool-stress-tsan: bench/pool_stress.c kernels/cpu/pool.c kernels/kernels.h
+	@mkdir -p $(dir $@)
+	clang -O1 $(CFLAGS_COMMON) -fsanitize=thread -DKPOOL_STRESS -o $@ bench/pool_stress.c kernels/cpu/pool.c -pthread
 # The in-process baseline for the cost of privilege separation.
 $(BUILD)/inproc-bench: $(BUILD)/obj/bench/inproc_bench.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
