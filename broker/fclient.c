@@ -78,23 +78,7 @@ const char *fclient_token(void)
 
 static void reap(char *how, size_t len)
 {
-	snprintf(how, len, "ended");
-	if (g_pid > 0) {
-		int status = 0;
-		pid_t r = 0;
-		for (int i = 0; i < 50 && (r = waitpid(g_pid, &status, WNOHANG)) == 0; i++)
-			usleep(2000);
-		if (r == 0) {
-			kill(g_pid, SIGKILL);
-			waitpid(g_pid, &status, 0);
-			snprintf(how, len, "stopped by the broker");
-		} else if (r > 0 && WIFSIGNALED(status)) {
-			snprintf(how, len, "killed by signal %d%s", WTERMSIG(status),
-				 WTERMSIG(status) == SIGSYS ? " (a system call its sandbox forbids)" : "");
-		} else if (r > 0) {
-			snprintf(how, len, "exited with status %d", WEXITSTATUS(status));
-		}
-	}
+	spawn_reap(g_pid, 100, how, len);
 	if (g_sock >= 0)
 		close(g_sock);
 	g_sock = -1;

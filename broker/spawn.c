@@ -2,6 +2,8 @@
 #include "broker/spawn.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -54,4 +56,28 @@ int spawn_child(const char *name, char *const argv[], pid_t *pid, int *sock, cha
 	*pid = p;
 	*sock = sv[0];
 	return 0;
+}
+
+void spawn_reap(pid_t pid, int grace_ms, char *how, size_t len)
+{
+	int status = 0;
+	pid_t r = 0;
+	snprintf(how, len, "ended");
+	if (pid <= 0)
+		return;
+	for (int i = 0; i < grace_ms / 2 && (r = waitpid(pid, &status, WNOHANG)) == 0; i++)
+		usleep(2000);
+	if (r == 0) {
+		kill(pid, SIGKILL);
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+		snprintf(how, len, "stopped by the broker");
+	} else if (r > 0 && WIFSIGNALED(status)) {
+		int sig = WTERMSIG(status);
+		snprintf(how, len, "killed by signal %d%s", sig,
+			 sig == SIGSYS ? " (a system call its sandbox forbids)" :
+			 sig == SIGBUS ? " (a model file changed or shrank under it)" : "");
+	} else if (r > 0) {
+		snprintf(how, len, "exited with status %d", WEXITSTATUS(status));
+	}
 }

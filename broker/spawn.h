@@ -16,4 +16,10 @@ int spawn_sibling_path(const char *name, char *out, size_t len);
  * On success *pid and *sock (the broker's end, close-on-exec) are set. */
 int spawn_child(const char *name, char *const argv[], pid_t *pid, int *sock, char *err, size_t errlen);
 
+/* Ends child pid: waits up to grace_ms for it to exit on its own (its
+ * real status is then described), else SIGKILLs and reaps it. Writes what
+ * happened into how ("exited with status N", "killed by signal N (...)",
+ * "stopped by the broker"). */
+void spawn_reap(pid_t pid, int grace_ms, char *how, size_t len);
+
 #endif

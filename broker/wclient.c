@@ -110,35 +110,13 @@ static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *
 	return spawn_child("mlxr-worker", argv, pid, sock, err, errlen);
 }
 
-static void describe_exit(int status, char *buf, size_t len)
-{
-	if (WIFSIGNALED(status))
-		snprintf(buf, len, "killed by signal %d%s", WTERMSIG(status),
-			 WTERMSIG(status) == SIGSYS ? " (a system call its sandbox forbids)" :
-			 WTERMSIG(status) == SIGBUS ? " (a model file changed or shrank under it)" : "");
-	else
-		snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
-}
-
 /* Ends the worker (if any) and reports why in e. */
 static void kill_worker(wclient *c, wc_error *e, const char *why)
 {
-	char how[128] = "ended";
-	if (c->pid > 0) {
-		int status = 0;
-		/* Give a worker that is exiting on its own a moment to be reaped
-		 * with its real status; then make sure. */
-		pid_t r = 0;
-		for (int i = 0; i < 50 && (r = waitpid(c->pid, &status, WNOHANG)) == 0; i++)
-			usleep(2000);
-		if (r == 0) {
-			kill(c->pid, SIGKILL);
-			waitpid(c->pid, &status, 0);
-			snprintf(how, sizeof(how), "stopped by the broker");
-		} else if (r > 0) {
-			describe_exit(status, how, sizeof(how));
-		}
-	}
+	char how[128];
+	/* A worker exiting on its own gets a moment to be reaped with its real
+	 * status; then it is made sure of. */
+	spawn_reap(c->pid, 100, how, sizeof(how));
 	if (c->sock >= 0)
 		close(c->sock);
 	c->sock = -1;
@@ -726,16 +704,10 @@ void wclient_stop(wclient *c)
 		return;
 	if (c->pid) {
 		/* Closing the socket ends the worker's loop; reap it. */
+		char how[128];
 		close(c->sock);
 		c->sock = -1;
-		int status;
-		pid_t r = 0;
-		for (int i = 0; i < 100 && (r = waitpid(c->pid, &status, WNOHANG)) == 0; i++)
-			usleep(2000);
-		if (r == 0) {
-			kill(c->pid, SIGKILL);
-			waitpid(c->pid, &status, 0);
-		}
+		spawn_reap(c->pid, 200, how, sizeof(how));
 	}
 	if (c->manifest >= 0)
 		close(c->manifest);
