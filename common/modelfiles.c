@@ -5,11 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 0 read, 1 absent, -1 larger than cap. */
-static int slurp(const char *dir, const char *name, size_t cap, char **out, size_t *len)
+int mf_read_file(const char *path, size_t cap, char **out, size_t *len)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return 1;
@@ -42,7 +39,9 @@ int mf_read(const char *dir, mf_files *f, char *err, size_t errlen)
 	memset(f, 0, sizeof(*f));
 	for (int i = 0; i < 4; i++) {
 		size_t n = 0;
-		int r = slurp(dir, files[i].name, files[i].cap, &f->owned[i], &n);
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i].name);
+		int r = mf_read_file(path, files[i].cap, &f->owned[i], &n);
 		if (r < 0) {
 			snprintf(err, errlen, "%s: larger than %zu MB", files[i].name, files[i].cap >> 20);
 			mf_free(f);

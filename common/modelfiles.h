@@ -27,6 +27,11 @@ typedef struct {
 	char *owned[4]; /* what mf_read allocated */
 } mf_files;
 
+/* Reads a whole file of at most cap bytes into a malloc'd, NUL-terminated
+ * buffer. 0 read; 1 absent or unreadable; -1 larger than cap or out of
+ * memory. */
+int mf_read_file(const char *path, size_t cap, char **out, size_t *len);
+
 /* Reads the files of dir. tokenizer.json is required. 0, or -1 with err. */
 int mf_read(const char *dir, mf_files *f, char *err, size_t errlen);
 void mf_free(mf_files *f);

@@ -1,6 +1,7 @@
 /* common/safetensors.c — see safetensors.h. */
 #include "common/safetensors.h"
 #include "common/json.h"
+#include "common/modelfiles.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -249,24 +250,6 @@ static int add_shard(st_set *set, const char *dir, const char *fname, char *err,
 	return st_parse_file(set, set->nshards - 1, fname, s->map, s->size, err, errlen);
 }
 
-static int read_small(const char *path, char **out, size_t *len, size_t cap)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return -1;
-	char *b = malloc(cap + 1);
-	size_t n = b ? fread(b, 1, cap + 1, f) : 0;
-	fclose(f);
-	if (!b || n > cap) {
-		free(b);
-		return -2;
-	}
-	b[n] = 0;
-	*out = b;
-	*len = n;
-	return 0;
-}
-
 static int safe_shard_name(const char *n)
 {
 	size_t l = strlen(n);
@@ -286,8 +269,8 @@ int st_open_dir(st_set *set, const char *dir, char *err, size_t errlen)
 	json_doc doc = { 0 };
 	memset(set, 0, sizeof(*set));
 	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
-	int r = read_small(path, &idx, &idxlen, 64u << 20); /* index <= 64 MB: real ones are ~100 KB */
-	if (r == -2) {
+	int r = mf_read_file(path, 64u << 20, &idx, &idxlen); /* index <= 64 MB: real ones are ~100 KB */
+	if (r < 0) {
 		snprintf(err, errlen, "model.safetensors.index.json: larger than 64 MB");
 		return -1;
 	}

@@ -3,28 +3,12 @@
  * architecture difference is a flag in model_config. */
 #include "worker/model.h"
 #include "common/json.h"
+#include "common/modelfiles.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *read_file(const char *path, size_t cap, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	char *b = malloc(cap + 1);
-	size_t n = b ? fread(b, 1, cap + 1, f) : 0;
-	fclose(f);
-	if (!b || n > cap) {
-		free(b);
-		return NULL;
-	}
-	b[n] = 0;
-	*len = n;
-	return b;
-}
 
 /* ---- quantization block ---- */
 
@@ -281,8 +265,9 @@ int model_load(model *m, const char *dir, char *err, size_t errlen)
 	json_doc doc = { 0 };
 	memset(m, 0, sizeof(*m));
 	snprintf(path, sizeof(path), "%s/config.json", dir);
-	char *cj = read_file(path, 4u << 20, &len); /* config.json <= 4 MB: real ones are < 10 KB */
-	if (!cj) {
+	char *cj = NULL;
+	/* config.json <= 4 MB: real ones are < 10 KB */
+	if (mf_read_file(path, 4u << 20, &cj, &len)) {
 		snprintf(err, errlen, "%s: cannot read config.json (missing or larger than 4 MB)", dir);
 		return -1;
 	}
