@@ -218,6 +218,18 @@ static int build_manifest(wclient *c, const char *dir, wc_error *e)
 		set_err(e, WC_ERR_MODEL, "%s", err);
 		return -1;
 	}
+	/* Refuse what cannot fit before a worker starts (the sandboxed worker
+	 * cannot read /proc/meminfo). The worker uses the same context. */
+	int ctx = c->o.ctx > 0 ? c->o.ctx : 4096;
+	if (ctx > m.cfg.max_pos)
+		ctx = m.cfg.max_pos;
+	const char *dev = g_device ? g_device : getenv("MLXR_DEVICE");
+	if (model_check_memory(&m.cfg, m.weight_bytes, ctx, 256, dev && !strcmp(dev, "cuda"), err, sizeof(err))) {
+		model_free(&m);
+		mf_free(&f);
+		set_err(e, WC_ERR_MODEL, "%s", err);
+		return -1;
+	}
 	ipc_blob b;
 	ipc_blob_init(&b, "mlxr-manifest");
 	ipc_blob_u32(&b, MANIFEST_MAGIC);

@@ -304,6 +304,37 @@ fail:
 	return -1;
 }
 
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	unsigned long long kb = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+int model_check_memory(const model_config *c, uint64_t weight_bytes, int ctx, int batch, int gpu, char *err,
+		       size_t errlen)
+{
+	uint64_t kv = 2ull * (uint64_t)c->n_layers * (uint64_t)ctx * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
+	uint64_t scratch = (uint64_t)batch * ((uint64_t)c->vocab + (uint64_t)ctx + 8ull * (uint64_t)(c->hidden + c->inter)) * 4;
+	/* With a GPU the weights and the cache live in device memory (the
+	 * backend checks that); the host keeps the logits scratch only. */
+	uint64_t need = gpu ? scratch : weight_bytes + kv + scratch, avail = mem_available();
+	if (avail && need > avail) {
+		snprintf(err, errlen, "model needs %.2f GiB (weights %.2f GiB + KV cache %.2f GiB at --ctx %d) but only %.2f GiB "
+			 "of memory is available; try a smaller --ctx or a smaller model",
+			 need / 1073741824.0, weight_bytes / 1073741824.0, kv / 1073741824.0, ctx, avail / 1073741824.0);
+		return -1;
+	}
+	return 0;
+}
+
 int model_from_parts(model *m, model_config *cfg, st_set *st, char *err, size_t errlen)
 {
 	memset(m, 0, sizeof(*m));

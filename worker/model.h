@@ -103,6 +103,15 @@ int model_config_unpack(model_config *cfg, ipc_rd *rd, char *err, size_t errlen)
 int model_from_parts(model *m, model_config *cfg, st_set *st, char *err, size_t errlen);
 const char *model_arch_name(model_arch a);
 
+/* Memory check, before anything is allocated: a session of ctx tokens
+ * needs the weights (on the host unless gpu), a KV cache of
+ * 2 x layers x ctx x kv_heads x head_dim floats, and prefill scratch for
+ * `batch` tokens. Compares with /proc/meminfo's MemAvailable (skipped when
+ * unreadable, as inside the sandbox: the broker checks first). 0 fits; -1
+ * with the numbers in err. */
+int model_check_memory(const model_config *c, uint64_t weight_bytes, int ctx, int batch, int gpu, char *err,
+		       size_t errlen);
+
 /* The KV cache and scratch of one sequence. */
 typedef struct {
 	int ctx;       /* capacity in tokens */

@@ -32,20 +32,6 @@ static void add_stop_piece(session *s, const char *piece)
 		add_stop_id(s, tok_id(s->tok, piece, strlen(piece)));
 }
 
-static uint64_t mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	unsigned long long kb = 0;
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	fclose(f);
-	return (uint64_t)kb * 1024;
-}
-
 /* Parses a JSON file's bytes, for the few fields read here. */
 static int parse_opt(const mf_buf *b, json_doc *d)
 {
@@ -128,17 +114,8 @@ int session_init(session *s, const mf_files *f, int ctx, char *err, size_t errle
 		ctx = 4096;
 	if (ctx > c->max_pos)
 		ctx = c->max_pos;
-	uint64_t kv = 2ull * (uint64_t)c->n_layers * (uint64_t)ctx * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
-	uint64_t scratch = (uint64_t)SESSION_PREFILL_BATCH * ((uint64_t)c->vocab + (uint64_t)ctx + 8ull * (uint64_t)(c->hidden + c->inter)) * 4;
-	/* With a GPU the weights and the cache live in device memory (the
-	 * backend checks that); the host keeps the logits scratch only. */
-	uint64_t need = s->gpu ? scratch : s->m.weight_bytes + kv + scratch, avail = mem_available();
-	if (avail && need > avail) {
-		snprintf(err, errlen, "model needs %.2f GiB (weights %.2f GiB + KV cache %.2f GiB at --ctx %d) but only %.2f GiB "
-			 "of memory is available; try a smaller --ctx or a smaller model",
-			 need / 1073741824.0, s->m.weight_bytes / 1073741824.0, kv / 1073741824.0, ctx, avail / 1073741824.0);
+	if (model_check_memory(c, s->m.weight_bytes, ctx, SESSION_PREFILL_BATCH, s->gpu != NULL, err, errlen))
 		goto fail;
-	}
 	if (model_state_init(&s->st, &s->m, s->gpu ? 1 : ctx, SESSION_PREFILL_BATCH)) {
 		snprintf(err, errlen, "out of memory for a %d-token context", ctx);
 		goto fail;
