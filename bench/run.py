@@ -133,7 +133,7 @@ def med(vals):
 def summarize(runs):
     """Median of every figure over the rounds of one engine."""
     s = dict(engine=runs[0]["engine"], version=runs[0]["version"], threads=runs[0].get("threads"),
-             rounds=len(runs))
+             rounds=len(runs), load_avg=med([r["load_before"] for r in runs]))
     s["load_s"] = med([r["load_s"] for r in runs])
     s["ttft_s"] = med([r["ttft_s"] for r in runs])
     s["peak_rss_mb"] = med([r["peak_rss_mb"] for r in runs])
@@ -175,7 +175,8 @@ def table(res):
              "Versions: " + "; ".join(sorted({f"{e['version']}" for c in res["cases"] for e in c["engines"]})) + ".",
              "",
              "| shape | bits | engine | load s | TTFT 128 ms | prefill 128 tok/s | prefill 512 tok/s | "
-             "decode tok/s | decode @1K | decode @4K | bound tok/s | of bound | peak RSS MB |",
+             f"decode tok/s | decode @{res['long'][0]} | decode @{res['long'][-1]} | bound tok/s | of bound | "
+             "peak RSS MB |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     longs = res["long"]
     for c in res["cases"]:
@@ -186,7 +187,7 @@ def table(res):
             frac = d.get("16") / bound if bound and d.get("16") else None
             lines.append(
                 f"| {c['shape']} | {c['bits']} ({c['gguf_type'] if e['engine'] == 'llama.cpp' else 'g64'}) | "
-                f"{e['engine']} | {fmt(e['load_s'], 2)} | {fmt(e['ttft_s'] * 1e3 if e['ttft_s'] else None, 0)} | "
+                f"{e['engine']}{'' if e['rounds'] == res['rounds'] else ' (%d round%s)' % (e['rounds'], 's' if e['rounds'] > 1 else '')} | {fmt(e['load_s'], 2)} | {fmt(e['ttft_s'] * 1e3 if e['ttft_s'] else None, 0)} | "
                 f"{fmt(e['prefill'].get('128'))} | {fmt(e['prefill'].get('512'))} | {fmt(d.get('16'))} | "
                 f"{fmt(d.get(str(longs[0])))} | {fmt(d.get(str(longs[-1])))} | {fmt(bound)} | "
                 f"{fmt(frac * 100 if frac else None, 0)}% | {fmt(e['peak_rss_mb'], 0)} |")
@@ -207,6 +208,10 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--decode", type=int, default=32, help="tokens per decode measurement")
     ap.add_argument("--long", type=int, nargs=2, default=[1024, 4096], metavar=("CTX1", "CTX2"))
+    ap.add_argument("--mlxlm-rounds", type=int, default=None,
+                    help="rounds for mlx-lm (default --rounds): MLX's CPU backend takes minutes a run here")
+    ap.add_argument("--mlxlm-shapes", nargs="+", default=None, choices=list(models.SHAPES),
+                    help="shapes mlx-lm runs on (default all)")
     ap.add_argument("--quick", action="store_true",
                     help="smallest shape, 4 bits, 1 round, 16 decode tokens, contexts 256/1024")
     ap.add_argument("--mlxr", default=os.environ.get("MLXR", str(ROOT / "build" / "mlxr")))
@@ -235,6 +240,9 @@ def main(argv=None):
             for r in range(a.rounds):
                 order = a.engines[r % len(a.engines):] + a.engines[:r % len(a.engines)]
                 for e in order:
+                    if e == "mlx-lm" and (r >= (a.mlxlm_rounds if a.mlxlm_rounds is not None else a.rounds) or
+                                          (a.mlxlm_shapes and shape not in a.mlxlm_shapes)):
+                        continue
                     l0 = loadavg()
                     try:
                         if e == "mlxr":
