@@ -39,9 +39,10 @@ typedef struct {
 	size_t in_len, in_cap;
 	size_t need;        /* header_len + content_length of the current request */
 	int idle;           /* C_READ: no byte of the next request yet */
+	int fresh;          /* accepted after this iteration's poll: its revents are not its own */
 	double t_timer;     /* read / idle / linger deadline */
 	double t_req;       /* when the current request's first byte arrived */
-	double t_progress;  /* last time output moved */
+	double t_progress;  /* last time output moved or none was waiting (C_BUSY) */
 	jw_buf out;         /* an answer the loop wrote itself */
 	size_t out_off;
 	sjob *job;
@@ -722,9 +723,13 @@ static int flush(server *s, conn *c, double now)
 			pthread_cond_broadcast(&s->drained);
 		}
 		done = j->done && j->out.len == 0;
+		if (j->out.len == 0 && c->out_off == c->out.len)
+			c->t_progress = now; /* nothing waits: see on_timers */
 		pthread_mutex_unlock(&s->mu);
 		if (err)
 			return -1;
+	} else if (c->out_off == c->out.len) {
+		c->t_progress = now;
 	}
 	if (done && c->out_off == c->out.len)
 		finish(s, c, now);
@@ -788,7 +793,14 @@ static void on_timers(server *s, conn *c, double now)
 			pending = pending || c->job->out_off < c->job->out.len;
 			pthread_mutex_unlock(&s->mu);
 		}
-		/* A client that stopped reading, or a job far past its deadline. */
+		/* A client that stopped reading, or a job far past its deadline.
+		 * t_progress is the last time output moved or none was waiting
+		 * (flush, just before this, sets it), so the clock runs only while
+		 * the client leaves output unread: never while the request waits
+		 * in the queue or generates, however long that takes. (It was the
+		 * time of dispatch: output appended between flush and this check,
+		 * after a generation longer than --idle-timeout, closed the
+		 * connection without its answer.) */
 		if ((pending && now - c->t_progress > s->o->idle_timeout) ||
 		    (c->job && now > c->job->t_deadline + 30))
 			conn_close(s, c);
@@ -803,14 +815,58 @@ static void on_timers(server *s, conn *c, double now)
 	}
 }
 
+/* 1 when the client has closed its side and nothing it sent is left
+ * unread: the connection can never carry another request. */
+static int peer_gone(int fd)
+{
+	char b;
+	ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* At the limit, before a newcomer is refused: free the slots of
+ * connections whose client has already closed but whose end the loop has
+ * not read yet (it came after this iteration's poll, or poll reported it
+ * but the loop handles connections after accepting). A client that closes
+ * its connections and opens a new one must not get a 503 for the ones it
+ * closed. Only connections that owe nothing are freed: waiting for a
+ * request with no byte of it buffered, lingering after a final answer,
+ * and busy ones whose client left (which the loop cancels anyway). A half
+ * request with the end behind it is left to the loop (it may still
+ * complete and be answered). */
+static void reclaim_closed(server *s)
+{
+	for (int i = 0; i < s->o->max_conns; i++) {
+		conn *c = &s->c[i];
+		if (c->st == C_LINGER) {
+			/* What it sent after its answer is discarded anyway;
+			 * a bounded drain, so a client still sending is left be. */
+			char junk[16384];
+			ssize_t n = 1;
+			for (int k = 0; k < 4 && n > 0; k++)
+				n = recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT);
+			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+				conn_close(s, c);
+		} else if ((c->st == C_READ && c->in_len == 0) || c->st == C_BUSY) {
+			if (peer_gone(c->fd))
+				conn_close(s, c); /* C_BUSY: cancels its generation */
+		}
+	}
+}
+
 static void accept_all(server *s, int lfd, double now)
 {
+	int reclaimed = 0;
 	for (;;) {
 		struct sockaddr_storage sa;
 		socklen_t sl = sizeof(sa);
 		int fd = accept4(lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
+		if (s->n_open >= s->o->max_conns && !reclaimed) {
+			reclaimed = 1; /* once per call: O(max_conns) syscalls, not per newcomer */
+			reclaim_closed(s);
+		}
 		if (s->n_open >= s->o->max_conns) {
 			static const char body[] =
 				"{\"error\":{\"message\":\"too many open connections\",\"type\":\"unavailable_error\","
@@ -837,6 +893,7 @@ static void accept_all(server *s, int lfd, double now)
 			}
 		memset(c, 0, sizeof(*c));
 		c->fd = fd;
+		c->fresh = 1;
 		c->st = C_READ;
 		c->t_req = now;
 		c->t_timer = now + s->o->read_timeout;
@@ -977,6 +1034,7 @@ int serve_run(const serve_opts *o, char *err, size_t errlen)
 		for (int i = 0; i < o->max_conns; i++) {
 			conn *c = &s->c[i];
 			short ev = 0;
+			c->fresh = 0;
 			if (c->st == C_READ || c->st == C_BODY || c->st == C_LINGER)
 				ev = POLLIN;
 			else if (c->st == C_BUSY)
@@ -1022,7 +1080,10 @@ int serve_run(const serve_opts *o, char *err, size_t errlen)
 		for (int i = 0; i < o->max_conns; i++) {
 			conn *c = &s->c[i];
 			short re = pf[base + i].revents;
-			if (c->st == C_FREE || pf[base + i].fd != c->fd)
+			/* A slot freed and refilled by accept_all in this iteration
+			 * may hold the same fd number: its revents are the old
+			 * connection's. */
+			if (c->st == C_FREE || c->fresh || pf[base + i].fd != c->fd)
 				continue;
 			if (c->st == C_BUSY && (re & (POLLRDHUP | POLLHUP | POLLERR))) {
 				conn_close(s, c); /* the client left: cancels its generation */

@@ -141,6 +141,17 @@ def request(port, method, path, body=None, headers=None, host=None, timeout=30):
         return read_response(s, timeout)
 
 
+def wait_log(server, text, timeout=60):
+    """The request log line is written once the answer is out, so a client
+    can read the answer before the line exists: wait for it (the timeout
+    only bounds a hang)."""
+    deadline = time.time() + timeout
+    while text not in server.text():
+        assert time.time() < deadline, f"{text!r} not in the server log:\n{server.text()[-3000:]}"
+        time.sleep(0.05)
+    return server.text()
+
+
 def error_of(body):
     e = json.loads(body)["error"]
     assert set(e) >= {"message", "type", "param", "code"}, e

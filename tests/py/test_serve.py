@@ -7,6 +7,7 @@ the parameter for every feature the server cannot honour."""
 import json
 import subprocess
 import tempfile
+import time
 
 import openai
 import pytest
@@ -313,10 +314,14 @@ def test_malformed_json_is_400(server):
 
 
 def test_request_log_has_no_prompt_text(server, client):
+    n = server.text().count("POST /v1/chat/completions 200 prompt_tokens=")
     chat(client, content="The secret word is xylophone-42. What is it?", max_tokens=2)
-    log = server.text()
-    assert "xylophone-42" not in log
-    assert "POST /v1/chat/completions 200 prompt_tokens=" in log
+    # The line is written once the answer is out: wait for this request's.
+    deadline = time.time() + 60
+    while server.text().count("POST /v1/chat/completions 200 prompt_tokens=") <= n:
+        assert time.time() < deadline, server.text()[-3000:]
+        time.sleep(0.05)
+    assert "xylophone-42" not in server.text()
 
 
 def test_long_prefill_sends_sse_comments(server, client):
