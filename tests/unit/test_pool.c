@@ -498,6 +498,10 @@ int main(void)
 	}
 	kpool_free();
 
+	g_case = "all";
+	g_checks++;
+	if (atomic_load(&g_bad_arg) || atomic_load(&g_bad_index))
+		FAIL("a task got another call's argument or an index out of range");
 	atomic_store(&g_watch_stop, 1);
 	pthread_join(wd, NULL);
 	printf("test_pool: %d checks, %d failures, %ld injected yields (%.1f s)\n", g_checks, g_fail,
