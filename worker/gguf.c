@@ -412,7 +412,10 @@ int gguf_parse(gguf_file *g, const uint8_t *buf, size_t size, char *err, size_t 
 		      (unsigned long long)start, size);
 		goto fail;
 	}
-	g->data_start = start;
+	/* With no tensors the (empty) data section may end before the padding
+	 * would: it then starts at the end of the file, so data_start <= size
+	 * holds for every accepted file (found by fuzz/gguf_fuzzer). */
+	g->data_start = start <= size ? start : size;
 	uint64_t data_len = start <= size ? size - start : 0;
 	by_off = malloc((size_t)(n_tensors ? n_tensors : 1) * sizeof(*by_off));
 	if (!by_off) {

@@ -365,8 +365,27 @@ static void test_import_f16_overflow_message(void)
 	rmdir(dir); /* empty: the check happens before any file is written */
 }
 
+/* Found by fuzz/gguf_fuzzer: a v2 file with no tensors and no metadata,
+ * 28 bytes, whose aligned data start (32) lies past its end, was accepted
+ * with data_start > size. The empty data section now starts at the end of
+ * the file. */
+static void test_no_tensors_short_padding(void)
+{
+	uint8_t b[28] = { 'G', 'G', 'U', 'F', 2 };
+	gguf_file f;
+	char err[256] = "";
+	int rc = gguf_parse(&f, b, sizeof(b), err, sizeof(err));
+	CHECK(rc == 0, "a tensor-less file is well-formed: %s", err);
+	if (rc)
+		return;
+	CHECK(f.n_tensors == 0 && f.data_start <= sizeof(b), "data_start %llu past the %zu-byte file",
+	      (unsigned long long)f.data_start, sizeof(b));
+	gguf_free(&f);
+}
+
 int main(void)
 {
+	test_no_tensors_short_padding();
 	test_valid_file_parses();
 	test_every_truncation_rejected();
 	test_hostile_headers_rejected();
