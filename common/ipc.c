@@ -141,18 +141,38 @@ int ipc_recv(int sock, ipc_msg *m, char *err, size_t errlen)
 
 void ipc_wr_init(ipc_wr *w, void *buf, size_t cap)
 {
+	memset(w, 0, sizeof(*w));
 	w->buf = buf;
-	w->len = 0;
 	w->cap = cap;
-	w->bad = 0;
+}
+
+/* Makes room for n more bytes: a growing writer doubles its buffer. */
+static int wr_room(ipc_wr *w, size_t n)
+{
+	if (w->bad)
+		return -1;
+	if (n <= w->cap - w->len)
+		return 0;
+	size_t nc = w->cap ? w->cap : 4096;
+	while (w->grow && nc - w->len < n) {
+		if (nc > SIZE_MAX / 2)
+			break;
+		nc *= 2;
+	}
+	uint8_t *nb = w->grow && nc - w->len >= n ? realloc(w->buf, nc) : NULL;
+	if (!nb) {
+		w->bad = 1;
+		return -1;
+	}
+	w->buf = nb;
+	w->cap = nc;
+	return 0;
 }
 
 void ipc_put_raw(ipc_wr *w, const void *p, size_t n)
 {
-	if (w->bad || n > w->cap - w->len) {
-		w->bad = 1;
+	if (wr_room(w, n))
 		return;
-	}
 	if (n)
 		memcpy(w->buf + w->len, p, n);
 	w->len += n;
@@ -271,64 +291,8 @@ fail:
 void ipc_blob_init(ipc_blob *b, const char *name)
 {
 	memset(b, 0, sizeof(*b));
+	b->grow = 1;
 	b->name = name;
-}
-
-void ipc_blob_put(ipc_blob *b, const void *p, size_t n)
-{
-	if (b->bad)
-		return;
-	if (n > b->cap - b->len) {
-		size_t nc = b->cap ? b->cap : 4096;
-		while (nc - b->len < n) {
-			if (nc > SIZE_MAX / 2) {
-				b->bad = 1;
-				return;
-			}
-			nc *= 2;
-		}
-		uint8_t *nb = realloc(b->buf, nc);
-		if (!nb) {
-			b->bad = 1;
-			return;
-		}
-		b->buf = nb;
-		b->cap = nc;
-	}
-	if (n)
-		memcpy(b->buf + b->len, p, n);
-	b->len += n;
-}
-
-void ipc_blob_u32(ipc_blob *b, uint32_t v)
-{
-	uint8_t x[4];
-	put_le(x, v, 4);
-	ipc_blob_put(b, x, 4);
-}
-
-void ipc_blob_u64(ipc_blob *b, uint64_t v)
-{
-	uint8_t x[8];
-	put_le(x, v, 8);
-	ipc_blob_put(b, x, 8);
-}
-
-void ipc_blob_f64(ipc_blob *b, double v)
-{
-	uint64_t u;
-	memcpy(&u, &v, 8);
-	ipc_blob_u64(b, u);
-}
-
-void ipc_blob_bytes(ipc_blob *b, const void *p, size_t n)
-{
-	if (n > UINT32_MAX) {
-		b->bad = 1;
-		return;
-	}
-	ipc_blob_u32(b, (uint32_t)n);
-	ipc_blob_put(b, p, n);
 }
 
 int ipc_blob_seal(ipc_blob *b)

@@ -69,10 +69,14 @@ int ipc_recv(int sock, ipc_msg *m, char *err, size_t errlen);
 void ipc_close_fds(ipc_msg *m);
 
 /* ---- payload cursors ---- */
+/* A writer over a fixed buffer (ipc_wr_init: overflow sets bad), or over a
+ * growing malloc'd one (ipc_blob_init: for what becomes a sealed memfd). */
 typedef struct {
 	uint8_t *buf;
 	size_t len, cap;
 	int bad;
+	int grow;         /* 1: buf is malloc'd and grows */
+	const char *name; /* memfd name (blobs) */
 } ipc_wr;
 
 void ipc_wr_init(ipc_wr *w, void *buf, size_t cap);
@@ -101,19 +105,15 @@ const uint8_t *ipc_get_raw(ipc_rd *r, size_t n);
 /* A memfd holding a copy of p[0..n), sealed against every change
  * (F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_WRITE|F_SEAL_SEAL). -1 on error. */
 int ipc_memfd_sealed(const char *name, const void *p, size_t n);
-/* A growable writer that ends as a sealed memfd (for big payloads). */
-typedef struct {
-	uint8_t *buf;
-	size_t len, cap;
-	int bad;
-	const char *name;
-} ipc_blob;
+/* A growable writer that ends as a sealed memfd (for big payloads); the
+ * ipc_put_* functions write to it. */
+typedef ipc_wr ipc_blob;
 void ipc_blob_init(ipc_blob *b, const char *name);
-void ipc_blob_put(ipc_blob *b, const void *p, size_t n);
-void ipc_blob_u32(ipc_blob *b, uint32_t v);
-void ipc_blob_u64(ipc_blob *b, uint64_t v);
-void ipc_blob_f64(ipc_blob *b, double v);
-void ipc_blob_bytes(ipc_blob *b, const void *p, size_t n);
+#define ipc_blob_put ipc_put_raw
+#define ipc_blob_u32 ipc_put_u32
+#define ipc_blob_u64 ipc_put_u64
+#define ipc_blob_f64 ipc_put_f64
+#define ipc_blob_bytes ipc_put_bytes
 /* Seals it and returns the fd (caller closes), or -1. */
 int ipc_blob_seal(ipc_blob *b);
 void ipc_blob_free(ipc_blob *b);
