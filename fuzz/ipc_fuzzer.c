@@ -1,0 +1,129 @@
+/* fuzz/ipc_fuzzer.c — the broker's view of a hostile child: raw packets
+ * through common/ipc.c ipc_recv (framing, header, length, type), and
+ * payloads through every wire decoder of common/wcproto.c (events, errors,
+ * model info, bench results, requests) and the tensor table
+ * (common/safetensors.c st_table_load, with no descriptors).
+ *
+ * Input: byte 0 picks the decoder, the rest is the packet or payload.
+ * Checked: no memory error or UB; an accepted packet's length matches what
+ * was sent and its type is in range; decoded enums are in range and text
+ * fields are NUL-terminated within their buffers and free of control bytes;
+ * a decoded request re-packs to a request that decodes to the same fields. */
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/ipc.h"
+#include "common/safetensors.h"
+#include "common/wcapi.h"
+#include "fuzz/fuzz.h"
+
+static int sv[2] = { -1, -1 };
+static ipc_msg m;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv))
+		abort();
+	return 0;
+}
+
+static void check_text(const char *s, size_t cap)
+{
+	size_t n = strnlen(s, cap);
+	FUZZ_CHECK(n < cap, "text not terminated");
+	for (size_t i = 0; i < n; i++)
+		FUZZ_CHECK((unsigned char)s[i] >= 0x20 && s[i] != 0x7f, "control byte in text");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size < 1)
+		return 0;
+	uint8_t which = data[0] % 7;
+	const uint8_t *p = data + 1;
+	size_t n = size - 1;
+	char err[256];
+	switch (which) {
+	case 0: { /* a raw packet from the child */
+		if (n > IPC_HDR + IPC_MAX_PAYLOAD)
+			n = IPC_HDR + IPC_MAX_PAYLOAD;
+		if (send(sv[1], p, n, 0) < 0)
+			return 0;
+		int r = ipc_recv(sv[0], &m, err, sizeof err);
+		if (r == 0) {
+			FUZZ_CHECK(m.len == n - IPC_HDR && m.type > IPC_NONE && m.type < IPC_TYPE_COUNT, "accepted");
+			FUZZ_CHECK(m.nfds == 0, "descriptors from nowhere");
+		} else {
+			FUZZ_CHECK(r == 1 ? n == 0 : err[0] != 0, "rejected without a reason");
+		}
+		break;
+	}
+	case 1: {
+		wc_event ev;
+		if (wc_event_unpack(p, n, &ev) == 0) {
+			FUZZ_CHECK(ev.type < WC_EV_COUNT && ev.finish < WC_FINISH_COUNT, "enum");
+			if (ev.type == WC_EV_TEXT || ev.type == WC_EV_REASONING)
+				FUZZ_CHECK(ev.text >= (const char *)p && ev.text + ev.len <= (const char *)p + n, "text span");
+			else
+				FUZZ_CHECK(ev.prefilled <= ev.prompt_tokens, "prefilled");
+		}
+		break;
+	}
+	case 2: {
+		wc_error e;
+		if (wc_error_unpack(p, n, &e) == 0) {
+			FUZZ_CHECK(e.kind > WC_ERR_NONE && e.kind < WC_ERR_COUNT && e.ctx >= 0, "error fields");
+			check_text(e.msg, sizeof e.msg);
+		}
+		break;
+	}
+	case 3: {
+		wc_info i;
+		if (wc_info_unpack(p, n, &i) == 0) {
+			check_text(i.model_type, sizeof i.model_type);
+			check_text(i.chat_format, sizeof i.chat_format);
+			check_text(i.chat_note, sizeof i.chat_note);
+			FUZZ_CHECK(i.vocab > 0 && i.ctx > 0 && i.n_layers > 0, "info ranges");
+		}
+		break;
+	}
+	case 4: {
+		wc_bench_res b;
+		if (wc_bench_res_unpack(p, n, &b) == 0) {
+			check_text(b.kernels, sizeof b.kernels);
+			FUZZ_CHECK(b.threads >= 1 && b.prefill_s > 0 && b.decode_bytes > 0, "bench ranges");
+		}
+		break;
+	}
+	case 5: { /* a request, as a worker would read it from its memfd */
+		wc_request r, r2;
+		wc_msg *msgs, *msgs2;
+		if (wc_request_unpack(p, n, &r, &msgs, err, sizeof err) == 0) {
+			FUZZ_CHECK(r.n_stops >= 0 && r.n_stops <= WC_MAX_STOPS && r.top_k >= 0, "request ranges");
+			for (size_t i = 0; r.msgs && i < r.n_msgs; i++)
+				FUZZ_CHECK(r.msgs[i].role < WC_ROLE_COUNT, "role");
+			ipc_blob b;
+			ipc_blob_init(&b, "fuzz");
+			FUZZ_CHECK(wc_request_pack(&r, &b) == 0, "re-pack");
+			FUZZ_CHECK(wc_request_unpack(b.buf, b.len, &r2, &msgs2, err, sizeof err) == 0, "re-unpack");
+			FUZZ_CHECK(r2.n_msgs == r.n_msgs && r2.prompt_len == r.prompt_len && r2.n_stops == r.n_stops &&
+				   r2.max_tokens == r.max_tokens && r2.seed == r.seed, "round trip");
+			wc_request_unpacked_free(&r2, msgs2);
+			ipc_blob_free(&b);
+			wc_request_unpacked_free(&r, msgs);
+		}
+		break;
+	}
+	case 6: { /* a tensor table without its shard descriptors */
+		st_set set;
+		ipc_rd rd;
+		ipc_rd_init(&rd, p, n);
+		FUZZ_CHECK(st_table_load(&set, &rd, NULL, 0, err, sizeof err) == -1, "a table needs its shards");
+		break;
+	}
+	}
+	return 0;
+}
