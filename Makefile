@@ -120,9 +120,6 @@ $(BUILD)/pool-stress-tsan: bench/pool_stress.c kernels/cpu/pool.c kernels/kernel
 $(BUILD)/inproc-bench: $(BUILD)/obj/bench/inproc_bench.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-# Keep object files make would otherwise delete as intermediates.
-.SECONDARY:
-
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- CUDA (kernels/cuda/, worker/forward_cuda.c; README "GPU") ----
