@@ -222,6 +222,16 @@ static void copy_text(char *dst, size_t cap, const uint8_t *s, size_t n)
 	dst[n] = 0;
 }
 
+/* A length-prefixed text field into dst (cleaned by copy_text); sets
+ * rd->bad when it is missing or longer than dst holds. */
+static void get_text(ipc_rd *rd, char *dst, size_t cap)
+{
+	size_t l;
+	const uint8_t *s = ipc_get_bytes(rd, cap - 1, &l);
+	if (s)
+		copy_text(dst, cap, s, l);
+}
+
 int wc_error_unpack(const uint8_t *p, size_t n, wc_error *e)
 {
 	ipc_rd rd;
@@ -230,12 +240,10 @@ int wc_error_unpack(const uint8_t *p, size_t n, wc_error *e)
 	uint32_t k = ipc_get_u32(&rd);
 	e->prompt_tokens = ipc_get_u64(&rd);
 	e->ctx = (int)ipc_get_u32(&rd);
-	size_t l;
-	const uint8_t *m = ipc_get_bytes(&rd, sizeof(e->msg) - 1, &l);
+	get_text(&rd, e->msg, sizeof(e->msg));
 	if (rd.bad || rd.left || k == WC_ERR_NONE || k >= WC_ERR_COUNT || e->ctx < 0)
 		return -1;
 	e->kind = (wc_error_kind)k;
-	copy_text(e->msg, sizeof(e->msg), m, l);
 	return 0;
 }
 
@@ -262,17 +270,10 @@ int wc_info_unpack(const uint8_t *p, size_t n, wc_info *i)
 	ipc_rd rd;
 	ipc_rd_init(&rd, p, n);
 	memset(i, 0, sizeof(*i));
-	size_t l;
-	const uint8_t *s = ipc_get_bytes(&rd, sizeof(i->model_type) - 1, &l);
-	if (s)
-		copy_text(i->model_type, sizeof(i->model_type), s, l);
-	s = ipc_get_bytes(&rd, sizeof(i->chat_format) - 1, &l);
-	if (s)
-		copy_text(i->chat_format, sizeof(i->chat_format), s, l);
+	get_text(&rd, i->model_type, sizeof(i->model_type));
+	get_text(&rd, i->chat_format, sizeof(i->chat_format));
 	i->chat_ok = ipc_get_u32(&rd) != 0;
-	s = ipc_get_bytes(&rd, sizeof(i->chat_note) - 1, &l);
-	if (s)
-		copy_text(i->chat_note, sizeof(i->chat_note), s, l);
+	get_text(&rd, i->chat_note, sizeof(i->chat_note));
 	int *f[] = { &i->vocab, &i->ctx, &i->max_pos, &i->n_layers, &i->hidden, &i->n_heads, &i->n_kv_heads };
 	for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
 		uint32_t v = ipc_get_u32(&rd);
@@ -282,9 +283,7 @@ int wc_info_unpack(const uint8_t *p, size_t n, wc_info *i)
 	}
 	i->weight_bytes = ipc_get_u64(&rd);
 	i->decode_bytes = ipc_get_u64(&rd);
-	s = ipc_get_bytes(&rd, sizeof(i->device) - 1, &l);
-	if (s)
-		copy_text(i->device, sizeof(i->device), s, l);
+	get_text(&rd, i->device, sizeof(i->device));
 	return rd.bad || rd.left ? -1 : 0;
 }
 
@@ -305,10 +304,7 @@ int wc_bench_res_unpack(const uint8_t *p, size_t n, wc_bench_res *b)
 	ipc_rd rd;
 	ipc_rd_init(&rd, p, n);
 	memset(b, 0, sizeof(*b));
-	size_t l;
-	const uint8_t *s = ipc_get_bytes(&rd, sizeof(b->kernels) - 1, &l);
-	if (s)
-		copy_text(b->kernels, sizeof(b->kernels), s, l);
+	get_text(&rd, b->kernels, sizeof(b->kernels));
 	b->threads = (int)ipc_get_u32(&rd);
 	b->prefill_s = ipc_get_f64(&rd);
 	b->decode_short_s = ipc_get_f64(&rd);

@@ -140,14 +140,7 @@ static int build_ids(session *s, const wc_request *r, int **ids, size_t *n, wc_e
 	if (!r->msgs) {
 		int er;
 		if (r->parse_special) {
-			unsigned char *mask = malloc(r->prompt_len ? r->prompt_len : 1);
-			if (!mask) {
-				snprintf(e->msg, sizeof(e->msg), "out of memory");
-				return -1;
-			}
-			memset(mask, 1, r->prompt_len);
-			er = tok_encode(s->tok, r->prompt, r->prompt_len, mask, ids, n, e->msg, sizeof(e->msg));
-			free(mask);
+			er = session_encode_raw(s, r->prompt, r->prompt_len, 1, ids, n, e->msg, sizeof(e->msg));
 		} else {
 			er = session_encode_plain(s, r->prompt, r->prompt_len, ids, n, e->msg, sizeof(e->msg));
 		}

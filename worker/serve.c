@@ -381,23 +381,15 @@ static int do_tokenize(server *sv, ipc_msg *m)
 	size_t n;
 	if (rd.bad || rd.left || special > 1 || map_request(sv, m, &p, &n))
 		return -1;
-	unsigned char *mask = special ? malloc(n ? n : 1) : NULL;
 	int *ids = NULL;
 	size_t ni = 0;
 	char err[256];
 	int rc;
-	if (special && !mask) {
-		rc = send_error(sv, WC_ERR_INVALID, "out of memory", 0, 0);
-	} else {
-		if (mask)
-			memset(mask, 1, n);
-		if (tok_encode(sv->s.tok, (const char *)p, n, mask, &ids, &ni, err, sizeof(err)))
-			rc = send_error(sv, WC_ERR_INVALID, err, 0, 0);
-		else
-			rc = send_ids(sv, ids, ni);
-	}
+	if (session_encode_raw(&sv->s, (const char *)p, n, (int)special, &ids, &ni, err, sizeof(err)))
+		rc = send_error(sv, WC_ERR_INVALID, err, 0, 0);
+	else
+		rc = send_ids(sv, ids, ni);
 	free(ids);
-	free(mask);
 	if (n)
 		munmap((void *)p, n);
 	return rc;

@@ -201,6 +201,23 @@ int session_encode_plain(session *s, const char *text, size_t len, int **ids, si
 	return 0;
 }
 
+int session_encode_raw(session *s, const char *text, size_t len, int special, int **ids, size_t *n, char *err,
+		       size_t errlen)
+{
+	unsigned char *mask = NULL;
+	if (special) {
+		mask = malloc(len ? len : 1);
+		if (!mask) {
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		memset(mask, 1, len);
+	}
+	int r = tok_encode(s->tok, text, len, mask, ids, n, err, errlen);
+	free(mask);
+	return r;
+}
+
 int session_encode_chat(session *s, const chat_msg *msgs, size_t n, const chat_opts *o, int **ids, size_t *nids,
 			char *err, size_t errlen)
 {

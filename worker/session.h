@@ -99,6 +99,10 @@ void session_close(session *s);
 
 /* Plain text to ids (BOS added when the tokenizer config asks for it). */
 int session_encode_plain(session *s, const char *text, size_t len, int **ids, size_t *n, char *err, size_t errlen);
+/* Raw text to ids with no BOS; special: special tokens are recognised
+ * everywhere in it (legacy completions, /tokenize with special). */
+int session_encode_raw(session *s, const char *text, size_t len, int special, int **ids, size_t *n, char *err,
+		       size_t errlen);
 /* A conversation through the chat template to ids (message text is plain
  * text: it can never produce a control token). */
 int session_encode_chat(session *s, const chat_msg *msgs, size_t n, const chat_opts *o, int **ids, size_t *nids,
