@@ -11,6 +11,13 @@
  *   the bandwidth bound: measured device read bandwidth / bytes one decode
  *     step must read (weights + the K/V rows in the cache, f32), and decode
  *     as a fraction of it.
+ * First, per kernel: the decode matvec alone at the 8B shapes (GB/s and
+ * fraction of the read bandwidth), SIMT and tensor-core kernels.
+ *   build/cuda-bench mv        that table alone
+ *   build/cuda-bench prof 8b   one decode step between profiler start/stop
+ *                              (ncu --profile-from-start off), no timings;
+ *                              prof4k: the step at 4K context
+ *   MV_ONLY=i                  only row i of the matvec table
  */
 #include <math.h>
 #include <stdio.h>
@@ -75,6 +82,8 @@ static double time_decode(const gpu_model *g, gpu_state *s, int steps, int *out)
 	return steps / ts[1];
 }
 
+static int g_prof; /* "prof": profile one decode step of each model named */
+
 static void run(const shape *sh, double bw, result *r)
 {
 	model_config c;
@@ -119,15 +128,137 @@ static void run(const shape *sh, double bw, result *r)
 	if (gpu_forward(&g, &s, ids, 16, 0) || gpu_decode_greedy(&g, &s, 4, out))
 		die("decode warm-up");
 	r->dec_short = time_decode(&g, &s, DEC, out);
+	if (g_prof == 1) { /* one decode step, kernels launched one by one, for ncu --profile-from-start off */
+		int tok = 1;
+		if (kc_profile(1) || gpu_forward(&g, &s, &tok, 1, 0) || kc_profile(0))
+			die("profile step");
+		memset(r, 0, sizeof(*r));
+		free(ids);
+		gpu_state_free(&s);
+		gpu_model_free(&g);
+		return;
+	}
 	double kv_row = 2.0 * sh->layers * sh->nkv * sh->hd * 4; /* f32 K and V per position */
 	r->bound_short = bw / ((double)g.decode_bytes + kv_row * (16 + 1.5 * DEC));
 	/* prefill 4096, then decode after it */
 	r->pf4k = time_prefill(&g, &s, ids, PF);
+	if (g_prof == 2) { /* the step at 4K context */
+		int tok = 1;
+		if (kc_profile(1) || gpu_forward(&g, &s, &tok, 1, 0) || kc_profile(0))
+			die("profile step");
+		memset(r, 0, sizeof(*r));
+		free(ids);
+		gpu_state_free(&s);
+		gpu_model_free(&g);
+		return;
+	}
 	r->dec_4k = time_decode(&g, &s, DEC, out);
 	r->bound_4k = bw / ((double)g.decode_bytes + kv_row * (PF + 1.5 * DEC));
 	free(ids);
 	gpu_state_free(&s);
 	gpu_model_free(&g);
+}
+
+/* The decode matvec alone at the Llama-3.1-8B shapes (4-bit g64 f16
+ * scales), SIMT kernel vs tensor-core kernel: launches captured as one
+ * graph (as in the decode step), rotating over enough copies of the
+ * weights that none is still in L2; GB/s = (codes + scales + biases + x + y)
+ * bytes / time per launch. */
+static void bench_matvec(double bw)
+{
+	static const struct {
+		const char *name;
+		int count, cols, rows[3], glu;
+	} ms[] = {
+		{"qkv 3x(4096|1024|1024)x4096", 3, 4096, {4096, 1024, 1024}, 0},
+		{"o 4096x4096", 1, 4096, {4096, 0, 0}, 0},
+		{"gate/up 2x14336x4096", 2, 4096, {14336, 14336, 0}, 0},
+		{"gate/up+GLU 2x14336x4096", 2, 4096, {14336, 14336, 0}, 1},
+		{"down 4096x14336", 1, 14336, {4096, 0, 0}, 0},
+		{"lm_head 128256x4096", 1, 4096, {128256, 0, 0}, 0},
+	};
+	printf("\n%-30s %8s %9s %8s %6s %9s %8s %6s\n", "matvec 8B q4g64", "MB", "simt us", "GB/s", "%bw", "tc us",
+	       "GB/s", "%bw");
+	const char *only = getenv("MV_ONLY"); /* one row of the table (its index), e.g. under ncu */
+	for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
+		if (only && atoi(only) != (int)k)
+			continue;
+		uint64_t bytes = 0;
+		int outs = 0;
+		for (int i = 0; i < ms[k].count; i++)
+			outs += ms[k].rows[i];
+		for (int i = 0; i < ms[k].count; i++) {
+			uint64_t cb = (uint64_t)ms[k].rows[i] * ms[k].cols / 2, gb = (uint64_t)ms[k].rows[i] * (ms[k].cols / 64) * 4;
+			bytes += cb + gb;
+		}
+		bytes += (uint64_t)ms[k].cols * 4 + (uint64_t)outs * 4;
+		int copies = (int)((768ull << 20) / bytes) + 1;
+		if (copies > 32)
+			copies = 32;
+		if (copies < 2)
+			copies = 2;
+		kq_matrix *mats = calloc((size_t)copies * 3, sizeof(kq_matrix));
+		for (int c = 0; c < copies; c++)
+			for (int i = 0; i < ms[k].count; i++) {
+				float s = 3.4f / 15.0f / sqrtf((float)ms[k].cols);
+				if (kc_matrix_random(&mats[c * 3 + i], ms[k].rows[i], ms[k].cols, 4, 64, KDT_F16, 0.5f * s,
+						     1.5f * s, 77 + c * 3 + i))
+					die("matrix");
+			}
+		float *x = kc_malloc((size_t)ms[k].cols * 4), *y[3];
+		if (!x || kc_fill_uniform(x, (size_t)ms[k].cols, -1, 1, 5))
+			die("x");
+		for (int i = 0; i < ms[k].count; i++)
+			if (!(y[i] = kc_malloc((size_t)ms[k].rows[i] * 4)))
+				die("y");
+		double us[2];
+		for (int impl = 1; impl >= 0; impl--) {
+			kc_matvec_impl(impl);
+			int L = copies < 24 ? 24 : copies;
+			for (int c = 0; c < copies; c++) {
+				const kq_matrix *mp[3] = {&mats[c * 3], &mats[c * 3 + 1], &mats[c * 3 + 2]};
+				if (ms[k].glu ? kc_linear_glu(mp[0], mp[1], x, 1, 0, y[0], y[1])
+					      : kc_linear_multi(ms[k].count, mp, x, 1, NULL, y))
+					die("matvec");
+			}
+			if (kc_sync() || kc_capture_begin())
+				die("capture");
+			for (int l = 0; l < L; l++) {
+				int c = l % copies;
+				const kq_matrix *mp[3] = {&mats[c * 3], &mats[c * 3 + 1], &mats[c * 3 + 2]};
+				if (ms[k].glu ? kc_linear_glu(mp[0], mp[1], x, 1, 0, y[0], y[1])
+					      : kc_linear_multi(ms[k].count, mp, x, 1, NULL, y))
+					die("matvec");
+			}
+			kc_graph *gr = NULL;
+			if (kc_capture_end(&gr))
+				die("capture end");
+			double ts[5];
+			kc_graph_launch(gr);
+			for (int r = 0; r < 5; r++) {
+				kc_timer_mark(4);
+				kc_graph_launch(gr);
+				kc_timer_mark(5);
+				ts[r] = kc_timer_elapsed(4, 5);
+			}
+			if (kc_sync())
+				die("matvec run");
+			qsort(ts, 5, sizeof(double), cmp_d);
+			us[impl] = ts[2] / L * 1e6;
+			kc_graph_free(gr);
+		}
+		kc_matvec_impl(0);
+		double mb = (double)bytes / 1e6;
+		printf("%-30s %8.1f %9.2f %8.0f %5.0f%% %9.2f %8.0f %5.0f%%\n", ms[k].name, mb, us[1], mb / us[1] * 1e3,
+		       100 * (bytes / (us[1] * 1e-6)) / bw, us[0], mb / us[0] * 1e3, 100 * (bytes / (us[0] * 1e-6)) / bw);
+		for (int c = 0; c < copies; c++)
+			for (int i = 0; i < ms[k].count; i++)
+				kc_matrix_free(&mats[c * 3 + i]);
+		free(mats);
+		kc_free(x);
+		for (int i = 0; i < ms[k].count; i++)
+			kc_free(y[i]);
+	}
 }
 
 int main(int argc, char **argv)
@@ -145,10 +276,22 @@ int main(int argc, char **argv)
 	if (bw <= 0)
 		die("bandwidth");
 	printf("device: %s; measured read bandwidth %.0f GB/s (4 GiB reduction, median of 7)\n", dev, bw / 1e9);
+	/* "mv": the matvec table alone; otherwise it comes first, then the
+	 * models named (all three when none is) */
+	int nmodels = 0, mv_only = 0;
+	for (int i = 1; i < argc; i++) {
+		mv_only |= !strcmp(argv[i], "mv");
+		g_prof = !strcmp(argv[i], "prof") ? 1 : !strcmp(argv[i], "prof4k") ? 2 : g_prof;
+		nmodels += strcmp(argv[i], "mv") && strcmp(argv[i], "prof") && strcmp(argv[i], "prof4k");
+	}
+	if (!g_prof)
+		bench_matvec(bw);
+	if (mv_only && !nmodels)
+		return 0;
 	result res[3];
 	int done[3] = {0, 0, 0};
 	for (int k = 0; k < 3; k++) {
-		int want = argc < 2;
+		int want = nmodels == 0;
 		for (int i = 1; i < argc; i++)
 			if (!strcmp(argv[i], shapes[k].key))
 				want = 1;

@@ -295,14 +295,11 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 				   kc_copy2d(up, (size_t)I * 4, s->fused + I, (size_t)I * 8, (size_t)I * 4, (size_t)n)) {
 				return -1;
 			}
-		} else {
-			const kq_matrix *ms[2] = {&L->gate, &L->up};
-			float *ys[2] = {gt, up};
-			if (kc_linear_multi(2, ms, s->xb, n, NULL, ys))
+			if (kc_glu(gt, up, (size_t)n * I, c->act))
 				return -1;
-		}
-		if (kc_glu(gt, up, (size_t)n * I, c->act))
+		} else if (kc_linear_glu(&L->gate, &L->up, s->xb, n, c->act, gt, up)) { /* gate/up + GLU */
 			return -1;
+		}
 		if (kc_linear(&L->down, gt, n, NULL, s->tmp))
 			return -1;
 		/* residual + the next layer's attention norm (or nothing after the last) */

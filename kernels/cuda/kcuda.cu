@@ -21,6 +21,7 @@
  * Measured / rejected variants are recorded in kernels/cuda/NOTES.md.
  */
 #include <cuda_runtime.h>
+#include <cuda_profiler_api.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <math.h>
@@ -62,6 +63,8 @@ extern "C" int kc_device_count(void)
 	return n;
 }
 
+static int mq_init(void);
+
 extern "C" int kc_init(int dev)
 {
 	if (g_ready)
@@ -79,6 +82,8 @@ extern "C" int kc_init(int dev)
 	/* the runtime finishes its lazy set-up here (context, module load),
 	 * before the caller locks the process down */
 	CK(cudaFree(0));
+	if (mq_init())
+		return -1;
 	CK(cudaStreamSynchronize(g_stream));
 	g_ready = 1;
 	return 0;
@@ -344,6 +349,16 @@ extern "C" int kc_matrix_random(kq_matrix *d, int rows, int cols, int bits, int 
 #define KC_MV_ROWS 4
 #define KC_MV_WARPS 4
 
+/* The GLU activation (kc_glu): 0 SiLU, 1 GELU tanh, 2 GELU erf. */
+static __device__ __forceinline__ float glu_act(float g, int act)
+{
+	if (act == 0)
+		return g / (1.0f + expf(-g));
+	if (act == 1)
+		return g / (1.0f + expf(-2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g)));
+	return 0.5f * g * (1.0f + erff(g / sqrtf(2.0f)));
+}
+
 struct mv_args {
 	const uint32_t *w[KC_MAX_FUSE];
 	const void *s[KC_MAX_FUSE], *b[KC_MAX_FUSE];
@@ -353,6 +368,8 @@ struct mv_args {
 	int start[KC_MAX_FUSE]; /* first warp-row-block of each matrix */
 	int count, cols, group;
 	int vec; /* row starts are 16-byte aligned: vector loads of the codes */
+	int act; /* k_matvec_mma with NM = 2: y[0] = glu_act(W0 x, act) * (W1 x) */
+	int tiles; /* k_matvec_mma: row tiles in the launch */
 };
 
 template <int BITS, class S>
@@ -413,6 +430,311 @@ __global__ void __launch_bounds__(32 * KC_MV_WARPS) k_matvec_q(mv_args a, const 
 		int row = r0 + r;
 		if (lane == 0 && row < a.rows[mi])
 			a.y[mi][row] = v + (a.bias[mi] ? a.bias[mi][row] : 0.0f);
+	}
+}
+
+/* ---- decode, 4 and 8 bits: the matvec on the tensor cores ----
+ * Why: the SIMT kernel above spends ~4 instructions per 4-bit value per row
+ * (extract, to float, subtract, FMA); at 4.5 TB/s the chip can issue ~3.7
+ * per value, so it is issue-bound. Here the codes go straight into
+ * mma.sync.m16n8k16 (f16 in, f32 accumulate) at ~1 instruction per value.
+ *
+ * Exactness (f32-class results, TOL_LINEAR 1e-5 holds):
+ * - A (weights): code c becomes the f16 1 + c/D exactly (D = 16 for 4 bits,
+ *   256 for 8: c sits in the top mantissa bits, one shift and one LOP3 per
+ *   pair of codes). sum((1 + c/D) x) - sum(x) = sum(c x)/D loses ~1 bit to
+ *   the cancellation (the offset is about the size of the signal).
+ * - B (x): each chunk of 32 values is scaled by a power of two so its
+ *   largest |x'| is in [2^13, 2^14) (no f16 overflow, whatever x holds),
+ *   then split x' = hi + lo, both f16: 22 significant bits. The tensor core
+ *   multiplies exactly and accumulates in f32.
+ * - Groups: an mma's k = 16 columns come from the 4 lanes of a quad (tig),
+ *   each lane's from its own chunk of 32 columns. B column n holds part
+ *   (n & 1: hi, lo) of chunk n >> 1 and zeros elsewhere, so C[r][2 tig + p]
+ *   is lane tig's own chunk: every chunk (inside one group, since groups
+ *   are multiples of 32) gets its own scale and bias after 8 mmas.
+ * Layout: a block of MQ_WARPS warps owns 16 rows; its warps split the
+ * columns in steps of 16 chunks (each lane: 4 chunks x rows g and g+8, i.e.
+ * 4 or 8 16-byte loads, 128 (256) contiguous bytes per row per step). x is
+ * staged once per block in shared memory (all of it: MQ_SMEM_MAX bounds the
+ * columns) in the order the B fragments are read. */
+#define MQ_ROWS 16
+#define MQ_WARPS 4
+#define MQ_SMEM_MAX (200 << 10) /* staged x: 144 B per 32 columns, up to 45,000 columns */
+#define MQ_CW 36    /* words per staged chunk: hi[16] lo[16] sum mult pad: 144 B keeps the 8 reading lanes conflict-free */
+
+static __device__ __forceinline__ uint32_t h2_bits(float a, float b)
+{
+	__half2 h = __floats2half2_rn(a, b); /* a in the low half */
+	return *(uint32_t *)&h;
+}
+
+/* Pair j (0..3) of the 8 consecutive values v: the column pair that one
+ * f16x2 register of A holds (see mq_a). */
+template <int BITS>
+static __device__ __forceinline__ int mq_pair_lo(int j)
+{
+	return BITS == 4 ? j : 4 * (j >> 1) + (j & 1);
+}
+template <int BITS>
+static __device__ __forceinline__ int mq_pair_hi(int j)
+{
+	return BITS == 4 ? j + 4 : 4 * (j >> 1) + (j & 1) + 2;
+}
+
+/* f16x2 pair t of word w, as 1 + c/D in each half. 4 bits: word q holds
+ * columns 8q..8q+7 (code j at bits 4j); pair t (0..3) = codes (t, t+4).
+ * 8 bits: word q holds columns 4q..4q+3; pair t (0..1) = codes (t, t+2). */
+template <int BITS>
+static __device__ __forceinline__ uint32_t mq_a(uint32_t w, int t)
+{
+	if (BITS == 4) {
+		uint32_t v = t == 0 ? w << 6 : t == 1 ? w << 2 : t == 2 ? w >> 2 : w >> 6;
+		return (v & 0x03C003C0u) | 0x3C003C00u;
+	}
+	uint32_t v = t == 0 ? w << 2 : w >> 6;
+	return (v & 0x03FC03FCu) | 0x3C003C00u;
+}
+
+static __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* One step of one lane: 4 chunks (st*16 + 4h + tig) of rows ra and rb:
+ * the codes (V 16-byte loads per row and chunk) and their scales/biases. */
+template <int V>
+struct mq_regs {
+	uint4 wa[4][V], wb[4][V];
+	float sa[4], ba[4], sb[4], bb[4];
+};
+
+template <int BITS, class S>
+static __device__ __forceinline__ void mq_load(mq_regs<BITS / 4> &r, const uint4 *Wa, const uint4 *Wb,
+					       const void *SC, const void *BI, size_t ga0, size_t gb0, int cpg, int st,
+					       int tig, int nch)
+{
+	constexpr int V = BITS / 4;
+#pragma unroll
+	for (int h = 0; h < 4; h++) {
+		const int ch = st * 16 + 4 * h + tig;
+		const bool ok = ch < nch;
+#pragma unroll
+		for (int u = 0; u < V; u++) {
+			r.wa[h][u] = ok ? __ldg(Wa + (size_t)ch * V + u) : make_uint4(0, 0, 0, 0);
+			r.wb[h][u] = ok ? __ldg(Wb + (size_t)ch * V + u) : make_uint4(0, 0, 0, 0);
+		}
+		const int gi = (ok ? ch : 0) / cpg;
+		r.sa[h] = S::ld(SC, ga0 + gi);
+		r.ba[h] = S::ld(BI, ga0 + gi);
+		r.sb[h] = S::ld(SC, gb0 + gi);
+		r.bb[h] = S::ld(BI, gb0 + gi);
+	}
+}
+
+template <int BITS>
+static __device__ __forceinline__ void mq_compute(const mq_regs<BITS / 4> &r, const uint32_t *xs, int st, int tig,
+						  int nch, bool bact, int part, float &acc_a, float &acc_b)
+{
+	constexpr float D = BITS == 4 ? 16.0f : 256.0f;
+#pragma unroll
+	for (int h = 0; h < 4; h++) {
+		const int ch = st * 16 + 4 * h + tig;
+		const uint32_t *cp = xs + min(ch, nch - 1) * MQ_CW;
+		uint32_t bx[16];
+		if (bact) {
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				uint4 t = *(const uint4 *)(cp + part + 4 * u);
+				bx[4 * u] = t.x; bx[4 * u + 1] = t.y; bx[4 * u + 2] = t.z; bx[4 * u + 3] = t.w;
+			}
+		} else {
+#pragma unroll
+			for (int u = 0; u < 16; u++)
+				bx[u] = 0;
+		}
+		const uint32_t *wah = (const uint32_t *)&r.wa[h][0], *wbh = (const uint32_t *)&r.wb[h][0];
+		float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			/* pairs 2i (k = 2tig, 2tig+1) and 2i+1 (k = 2tig+8, +9) */
+			const int w4 = BITS == 4 ? i >> 1 : i, t0 = BITS == 4 ? 2 * (i & 1) : 0;
+			uint32_t af[4] = {mq_a<BITS>(wah[w4], t0), mq_a<BITS>(wbh[w4], t0), mq_a<BITS>(wah[w4], t0 + 1),
+					  mq_a<BITS>(wbh[w4], t0 + 1)};
+			mma16816(d, af, bx[2 * i], bx[2 * i + 1]);
+		}
+		if (ch < nch) {
+			const float xsum = __uint_as_float(cp[32]), mul = __uint_as_float(cp[33]);
+			acc_a = fmaf(mul, fmaf(r.sa[h] * D, d[0] + d[1] - xsum, r.ba[h] * xsum), acc_a);
+			acc_b = fmaf(mul, fmaf(r.sb[h] * D, d[2] + d[3] - xsum, r.bb[h] * xsum), acc_b);
+		}
+	}
+}
+
+/* Stages all of x (nch chunks) in shared memory: 4 lanes per chunk, 8
+ * consecutive values each; the loads of MQ_XU items are issued before any
+ * is used (v1 waited for one round trip per item). */
+#define MQ_XU 4
+template <int BITS>
+static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, bool xvec, int nch, uint32_t *xs)
+{
+	const int tid = threadIdx.x;
+	for (int i0 = 0; i0 < nch * 4; i0 += 32 * MQ_WARPS * MQ_XU) {
+		float v[MQ_XU][8];
+#pragma unroll
+		for (int u = 0; u < MQ_XU; u++) {
+			const int i = i0 + u * 32 * MQ_WARPS + tid;
+			const bool ok = i < nch * 4;
+			const float *xp = x + (size_t)i * 8;
+			if (ok && xvec) {
+				float4 p = __ldg((const float4 *)xp), q = __ldg((const float4 *)xp + 1);
+				v[u][0] = p.x; v[u][1] = p.y; v[u][2] = p.z; v[u][3] = p.w;
+				v[u][4] = q.x; v[u][5] = q.y; v[u][6] = q.z; v[u][7] = q.w;
+			} else {
+#pragma unroll
+				for (int j = 0; j < 8; j++)
+					v[u][j] = ok ? __ldg(xp + j) : 0.0f;
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < MQ_XU; u++) {
+			const int i = i0 + u * 32 * MQ_WARPS + tid, ch = i >> 2, q = i & 3;
+			float mx = 0.0f, sum = 0.0f;
+#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				mx = fmaxf(mx, fabsf(v[u][j]));
+				sum += v[u][j];
+			}
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+			sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+			sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+			/* scale 2^(140 - E): max |x'| in [2^13, 2^14); clamped so that
+			 * scale and 1/scale are both normal floats */
+			int se = 267 - (int)((__float_as_uint(mx) >> 23) & 0xff);
+			se = se < 1 ? 1 : se > 253 ? 253 : se;
+			const float sc = __uint_as_float((uint32_t)se << 23);
+			uint32_t hi[4], lo[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				float p0 = v[u][mq_pair_lo<BITS>(j)] * sc, p1 = v[u][mq_pair_hi<BITS>(j)] * sc;
+				__half2 h = __floats2half2_rn(p0, p1);
+				float2 hf = __half22float2(h);
+				hi[j] = *(uint32_t *)&h;
+				lo[j] = h2_bits(p0 - hf.x, p1 - hf.y);
+			}
+			if (i < nch * 4) {
+				uint32_t *cp = xs + ch * MQ_CW;
+				*(uint4 *)(cp + 4 * q) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+				*(uint4 *)(cp + 16 + 4 * q) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+				if (q == 0) {
+					cp[32] = __float_as_uint(sum * sc);
+					cp[33] = (uint32_t)(254 - se) << 23; /* 1/scale */
+				}
+			}
+		}
+	}
+}
+
+/* Row tile `tile` (MQ_ROWS rows) of the launch: matrix mi, first row r0. */
+static __device__ __forceinline__ void mq_tile(const mv_args &a, int NM, int tile, int &mi, int &r0)
+{
+	mi = 0;
+	while (NM == 1 && mi + 1 < a.count && tile >= a.start[mi + 1])
+		mi++;
+	r0 = (tile - a.start[mi]) * MQ_ROWS;
+}
+
+/* Block: MQ_WARPS warps on one row tile at a time, splitting its columns
+ * (step st = wid, wid + 4, ...); x staged once, then tiles blockIdx.x,
+ * blockIdx.x + gridDim.x, ... (the grid is smaller than the tile count
+ * only for large matrices: lm_head). Each lane double-buffers its steps
+ * (4 bits): the next step's loads are in flight while this one computes.
+ * The first step's loads are issued before x is staged. */
+template <int BITS, class S, int NM>
+__global__ void __launch_bounds__(32 * MQ_WARPS) k_matvec_mma(mv_args a, const float *__restrict__ x)
+{
+	extern __shared__ uint32_t xs[]; /* [nch][MQ_CW] */
+	__shared__ float red[2][NM][MQ_WARPS][MQ_ROWS];
+	constexpr int V = BITS / 4;
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	const int g = lane >> 2, tig = lane & 3;
+	const int cols = a.cols, nch = cols >> 5, ng = cols / a.group, cpg = a.group >> 5;
+	const int nsteps = (nch + 15) >> 4;
+	const size_t row_words = (size_t)cols * BITS / 32;
+	const bool bact = (g >> 1) == tig; /* this lane feeds B: chunk tig, part g & 1 */
+	const int part = (g & 1) * 16;
+	mq_regs<V> cur, nxt;
+	int mi, r0, ra, rb;
+	mq_tile(a, NM, blockIdx.x, mi, r0);
+	ra = min(r0 + g, a.rows[mi] - 1);
+	rb = min(r0 + g + 8, a.rows[mi] - 1);
+	if (wid < nsteps)
+		mq_load<BITS, S>(cur, (const uint4 *)(a.w[mi] + (size_t)ra * row_words),
+				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], a.b[mi], (size_t)ra * ng,
+				 (size_t)rb * ng, cpg, wid, tig, nch);
+	mq_stage<BITS>(x, a.vec & 2, nch, xs);
+	__syncthreads();
+	int it = 0;
+	for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x, it ^= 1) {
+		if (tile != (int)blockIdx.x) {
+			mq_tile(a, NM, tile, mi, r0);
+			ra = min(r0 + g, a.rows[mi] - 1);
+			rb = min(r0 + g + 8, a.rows[mi] - 1);
+		}
+#pragma unroll
+		for (int m = 0; m < NM; m++) {
+			const int mm = mi + m;
+			const uint4 *Wa = (const uint4 *)(a.w[mm] + (size_t)ra * row_words);
+			const uint4 *Wb = (const uint4 *)(a.w[mm] + (size_t)rb * row_words);
+			const void *SC = a.s[mm], *BI = a.b[mm];
+			const size_t ga0 = (size_t)ra * ng, gb0 = (size_t)rb * ng;
+			float acc_a = 0.0f, acc_b = 0.0f;
+			if ((tile != (int)blockIdx.x || m) && wid < nsteps)
+				mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg, wid, tig, nch);
+			for (int st = wid; st < nsteps; st += MQ_WARPS) {
+				if (V == 1) {
+					if (st + MQ_WARPS < nsteps)
+						mq_load<BITS, S>(nxt, Wa, Wb, SC, BI, ga0, gb0, cpg, st + MQ_WARPS, tig, nch);
+					mq_compute<BITS>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
+					cur = nxt;
+				} else {
+					if (st != wid)
+						mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg, st, tig, nch);
+					mq_compute<BITS>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
+				}
+			}
+			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
+			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
+			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
+			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
+			if (tig == 0) {
+				red[it][m][wid][g] = acc_a;
+				red[it][m][wid][g + 8] = acc_b;
+			}
+		}
+		/* red[it] is written before this barrier and read after it; the
+		 * next tile writes red[it ^ 1], and the one after that waits
+		 * for this barrier's successor, so one barrier per tile suffices */
+		__syncthreads();
+		if (tid < MQ_ROWS && r0 + tid < a.rows[mi]) {
+			float v[NM];
+#pragma unroll
+			for (int m = 0; m < NM; m++) {
+				v[m] = 0.0f;
+#pragma unroll
+				for (int w = 0; w < MQ_WARPS; w++)
+					v[m] += red[it][m][w][tid];
+				v[m] += a.bias[mi + m] ? a.bias[mi + m][r0 + tid] : 0.0f;
+			}
+			if (NM == 1)
+				a.y[mi][r0 + tid] = v[0];
+			else
+				a.y[0][r0 + tid] = glu_act(v[0], a.act) * v[NM - 1];
+		}
 	}
 }
 
@@ -552,6 +874,63 @@ static int gemm_dispatch(const kq_matrix *m, const float *x, int n, const float 
 	return 0;
 }
 
+static int g_mv_impl; /* kc_matvec_impl */
+
+extern "C" int kc_matvec_impl(int impl)
+{
+	int old = g_mv_impl;
+	if (impl >= 0)
+		g_mv_impl = impl;
+	return old;
+}
+
+template <int BITS, class S, int NM>
+static int mq_launch(const mv_args &a, const float *x, size_t smem)
+{
+	/* grid: one block per row tile, unless there are so many tiles that
+	 * blocks staying resident and walking tiles (x staged once) balances
+	 * as well: at least 8 tiles per resident block */
+	int occ = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_mma<BITS, S, NM>, 32 * MQ_WARPS, smem) !=
+	    cudaSuccess || occ < 1)
+		occ = 1;
+	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
+	k_matvec_mma<BITS, S, NM><<<grid, 32 * MQ_WARPS, smem, g_stream>>>(a, x);
+	LAUNCHED("k_matvec_mma");
+	return 0;
+}
+
+template <class S>
+static int mq_dispatch(int bits, const mv_args &a, const float *x, int glu)
+{
+	size_t smem = (size_t)(a.cols / 32) * MQ_CW * 4;
+	if (bits == 4)
+		return glu ? mq_launch<4, S, 2>(a, x, smem) : mq_launch<4, S, 1>(a, x, smem);
+	return glu ? mq_launch<8, S, 2>(a, x, smem) : mq_launch<8, S, 1>(a, x, smem);
+}
+
+/* The staged x may take more than the default 48 KB of shared memory. */
+template <class S>
+static int mq_attr(void)
+{
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	return 0;
+}
+
+static int mq_init(void)
+{
+	return mq_attr<F32>() || mq_attr<F16>() || mq_attr<BF16>() ? -1 : 0;
+}
+
+static int mq_ok(const kq_matrix *m)
+{
+	return (m->bits == 4 || m->bits == 8) && !((uintptr_t)m->w & 15) && g_mv_impl != 1 &&
+	       (size_t)(m->cols / 32) * MQ_CW * 4 <= MQ_SMEM_MAX;
+}
+
 static int check_matrix(const kq_matrix *m)
 {
 	if (m->bits != 0 && (m->group_size < 32 || m->group_size % 32 || m->cols % m->group_size ||
@@ -589,6 +968,21 @@ static int matvec_fused(int count, const kq_matrix *const *ms, const float *x, c
 		nb += (ms[i]->rows + KC_MV_ROWS - 1) / KC_MV_ROWS;
 		if (((uintptr_t)ms[i]->w & 15) || ((size_t)a.cols * ms[0]->bits / 8) % 16)
 			a.vec = 0;
+	}
+	if (mq_ok(ms[0]) && a.vec) {
+		/* tensor-core path: row tiles of MQ_ROWS */
+		nb = 0;
+		for (int i = 0; i < count; i++) {
+			a.start[i] = nb;
+			nb += (ms[i]->rows + MQ_ROWS - 1) / MQ_ROWS;
+		}
+		a.tiles = nb;
+		a.vec |= ((uintptr_t)x & 15) ? 0 : 2;
+		switch (ms[0]->sdt) {
+		case KDT_F32: return mq_dispatch<F32>(ms[0]->bits, a, x, 0);
+		case KDT_F16: return mq_dispatch<F16>(ms[0]->bits, a, x, 0);
+		default: return mq_dispatch<BF16>(ms[0]->bits, a, x, 0);
+		}
 	}
 	int blocks = (nb + KC_MV_WARPS - 1) / KC_MV_WARPS;
 	switch (ms[0]->sdt) {
@@ -649,6 +1043,42 @@ extern "C" int kc_linear_multi(int count, const kq_matrix *const *ms, const floa
 	return 0;
 }
 
+extern "C" int kc_linear_glu(const kq_matrix *gate, const kq_matrix *up, const float *x, int n, int act,
+			     float *g_out, float *u_out)
+{
+	if (check_matrix(gate) || check_matrix(up))
+		return -1;
+	if (n == 1 && mq_ok(gate) && mq_ok(up) && gate->bits == up->bits && gate->rows == up->rows &&
+	    gate->cols == up->cols && gate->group_size == up->group_size && gate->sdt == up->sdt) {
+		mv_args a;
+		memset(&a, 0, sizeof(a));
+		const kq_matrix *ms[2] = {gate, up};
+		for (int i = 0; i < 2; i++) {
+			a.w[i] = (const uint32_t *)ms[i]->w;
+			a.s[i] = ms[i]->scales;
+			a.b[i] = ms[i]->biases;
+			a.rows[i] = ms[i]->rows;
+		}
+		a.y[0] = g_out;
+		a.count = 2;
+		a.cols = gate->cols;
+		a.group = gate->group_size;
+		a.vec = 1 | (((uintptr_t)x & 15) ? 0 : 2);
+		a.act = act;
+		a.tiles = (gate->rows + MQ_ROWS - 1) / MQ_ROWS;
+		switch (gate->sdt) {
+		case KDT_F32: return mq_dispatch<F32>(gate->bits, a, x, 1);
+		case KDT_F16: return mq_dispatch<F16>(gate->bits, a, x, 1);
+		default: return mq_dispatch<BF16>(gate->bits, a, x, 1);
+		}
+	}
+	const kq_matrix *ms[2] = {gate, up};
+	float *ys[2] = {g_out, u_out};
+	if (kc_linear_multi(2, ms, x, n, NULL, ys))
+		return -1;
+	return kc_glu(g_out, u_out, (size_t)n * gate->rows, act);
+}
+
 /* ---- embedding ---- */
 
 template <int BITS, class S>
@@ -696,6 +1126,13 @@ extern "C" int kc_embed(const kq_matrix *m, const int *d_tokens, int n, float sc
 
 /* ---- norms ---- */
 
+/* One block per row. Decode has one row: a 256-thread block then walks
+ * 4096 values in 16 dependent rounds of loads; 1024 threads take 4. */
+static int norm_threads(int rows, int n)
+{
+	return rows <= 32 && n >= 2048 ? 1024 : 256;
+}
+
 __global__ void k_rmsnorm(const float *x, const float *w, int n, float eps, float one, float *out)
 {
 	__shared__ float sh[32];
@@ -714,7 +1151,7 @@ extern "C" int kc_rmsnorm(const float *x, const float *w, int rows, int n, float
 {
 	if (rows < 1)
 		return 0;
-	k_rmsnorm<<<rows, 256, 0, g_stream>>>(x, w, n, eps, add_one ? 1.0f : 0.0f, out);
+	k_rmsnorm<<<rows, norm_threads(rows, n), 0, g_stream>>>(x, w, n, eps, add_one ? 1.0f : 0.0f, out);
 	LAUNCHED("k_rmsnorm");
 	return 0;
 }
@@ -753,7 +1190,8 @@ extern "C" int kc_add_rmsnorm(float *x, float *r, const float *post_w, const flo
 {
 	if (rows < 1)
 		return 0;
-	k_add_rmsnorm<<<rows, 256, 0, g_stream>>>(x, r, post_w, w, n, eps, add_one ? 1.0f : 0.0f, out);
+	k_add_rmsnorm<<<rows, norm_threads(rows, n), 0, g_stream>>>(x, r, post_w, w, n, eps, add_one ? 1.0f : 0.0f,
+								    out);
 	LAUNCHED("k_add_rmsnorm");
 	return 0;
 }
@@ -829,14 +1267,7 @@ extern "C" int kc_qk_rope_append(float *q, float *k, const float *v, int n, int 
 __global__ void k_glu(float *gate, const float *up, size_t n, int act)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-		float g = gate[i], a;
-		if (act == 0)
-			a = g / (1.0f + expf(-g));
-		else if (act == 1)
-			a = g / (1.0f + expf(-2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g)));
-		else
-			a = 0.5f * g * (1.0f + erff(g / sqrtf(2.0f)));
-		gate[i] = a * up[i];
+		gate[i] = glu_act(gate[i], act) * up[i];
 	}
 }
 
@@ -908,14 +1339,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) k_attn_chunk(const float *q, c
 	int j0 = c * chunk > lo ? c * chunk : lo, j1 = (c + 1) * chunk - 1 < p ? (c + 1) * chunk - 1 : p;
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	size_t pstride = (size_t)hd + 2;
-	if (j0 > j1) { /* nothing visible in this chunk */
-		for (int g = threadIdx.x; g < G; g += blockDim.x) {
-			float *pp = part + (((size_t)t * nh + h0 + g) * nchunks + c) * pstride;
-			pp[0] = -INFINITY;
-			pp[1] = 0.0f;
-		}
+	if (j0 > j1) /* nothing visible in this chunk: k_attn_merge skips it */
 		return;
-	}
 	for (int i = threadIdx.x; i < G * hd; i += blockDim.x)
 		qs[i / hd][i % hd] = q[((size_t)t * nh + h0 + i / hd) * hd + i % hd];
 	__syncthreads();
@@ -990,18 +1415,25 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) k_attn_chunk(const float *q, c
 	}
 }
 
-__global__ void k_attn_merge(const float *part, float *out, int nh, int hd, int nchunks)
+/* Only the chunks that hold visible keys for this query were written:
+ * c_lo..c_hi from its position and window (v1 walked all max_keys/chunk of
+ * them: 69 dependent reads per output at a short context). */
+__global__ void k_attn_merge(const float *part, float *out, int nh, int hd, int nchunks, int chunk, int window,
+			     const int *d_pos)
 {
 	int t = blockIdx.x, h = blockIdx.y;
+	int p = *d_pos + t;
+	int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+	int c_lo = lo / chunk, c_hi = p / chunk;
 	size_t pstride = (size_t)hd + 2;
 	const float *pp = part + ((size_t)t * nh + h) * nchunks * pstride;
 	float M = -INFINITY;
-	for (int c = 0; c < nchunks; c++)
+	for (int c = c_lo; c <= c_hi; c++)
 		if (pp[c * pstride + 1] > 0.0f)
 			M = fmaxf(M, pp[c * pstride]);
 	for (int d = threadIdx.x; d < hd; d += blockDim.x) {
 		float L = 0.0f, a = 0.0f;
-		for (int c = 0; c < nchunks; c++) {
+		for (int c = c_lo; c <= c_hi; c++) {
 			const float *q = pp + c * pstride;
 			if (q[1] > 0.0f) {
 				float f = expf(q[0] - M);
@@ -1030,34 +1462,43 @@ extern "C" int kc_attention(const float *q, const float *kcache, const float *vc
 							     window, softcap, d_pos, chunk, nchunks, ngroups);
 	LAUNCHED("k_attn_chunk");
 	dim3 g2(n, nh);
-	k_attn_merge<<<g2, hd < 128 ? 128 : 256, 0, g_stream>>>((const float *)scratch, out, nh, hd, nchunks);
+	k_attn_merge<<<g2, hd < 128 ? 128 : 256, 0, g_stream>>>((const float *)scratch, out, nh, hd, nchunks, chunk,
+								 window, d_pos);
 	LAUNCHED("k_attn_merge");
 	return 0;
 }
 
 /* ---- token selection ---- */
 
-__global__ void k_argmax(const float *logits, int vocab, int *out, int *hist, const int *d_pos)
+/* Argmax over the vocabulary in one launch: AM_BLOCKS blocks each reduce a
+ * strided share (v1 was one block: 125 dependent rounds of loads for a
+ * 128K vocabulary); the last block to finish (a counter it resets for the
+ * next launch) reduces the partials. Ties go to the lowest index, as in
+ * sampler_argmax; NaN never wins; all NaN gives token 0. */
+#define AM_BLOCKS 128
+#define AM_THREADS 512
+__device__ float g_am_v[AM_BLOCKS];
+__device__ int g_am_i[AM_BLOCKS];
+__device__ unsigned g_am_done;
+
+static __device__ __forceinline__ void am_take(float &best, int &bi, float v, int i)
+{
+	if (v > best || (v == best && i < bi)) {
+		best = v;
+		bi = i;
+	}
+}
+
+/* block-wide (best, index); thread 0 gets the result */
+static __device__ void am_block(float &best, int &bi)
 {
 	__shared__ float sv[32];
 	__shared__ int si[32];
-	float best = -INFINITY;
-	int bi = 0x7fffffff;
-	for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-		float v = logits[i];
-		if (v > best || (v == best && i < bi)) { /* NaN never wins */
-			best = v;
-			bi = i;
-		}
-	}
 #pragma unroll
 	for (int o = 16; o > 0; o >>= 1) {
 		float ov = __shfl_xor_sync(0xffffffffu, best, o);
 		int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-		if (ov > best || (ov == best && oi < bi)) {
-			best = ov;
-			bi = oi;
-		}
+		am_take(best, bi, ov, oi);
 	}
 	int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	if (lane == 0) {
@@ -1065,23 +1506,50 @@ __global__ void k_argmax(const float *logits, int vocab, int *out, int *hist, co
 		si[wid] = bi;
 	}
 	__syncthreads();
-	if (threadIdx.x == 0) {
+	if (threadIdx.x == 0)
 		for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-			if (sv[w] > best || (sv[w] == best && si[w] < bi)) {
-				best = sv[w];
-				bi = si[w];
-			}
+			am_take(best, bi, sv[w], si[w]);
+}
+
+__global__ void __launch_bounds__(AM_THREADS) k_argmax(const float *logits, int vocab, int *out, int *hist,
+						       const int *d_pos)
+{
+	__shared__ bool last;
+	float best = -INFINITY;
+	int bi = 0x7fffffff;
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x)
+		am_take(best, bi, logits[i], i);
+	am_block(best, bi);
+	if (threadIdx.x == 0) {
+		g_am_v[blockIdx.x] = best;
+		g_am_i[blockIdx.x] = bi;
+		__threadfence();
+		last = atomicAdd(&g_am_done, 1u) == gridDim.x - 1;
+	}
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence();
+	best = -INFINITY;
+	bi = 0x7fffffff;
+	for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x)
+		am_take(best, bi, ((volatile float *)g_am_v)[b], ((volatile int *)g_am_i)[b]);
+	am_block(best, bi);
+	if (threadIdx.x == 0) {
 		if (bi == 0x7fffffff) /* all NaN: token 0, as a scan from index 0 would give */
 			bi = 0;
 		out[0] = bi;
 		if (hist)
 			hist[*d_pos] = bi;
+		g_am_done = 0;
 	}
 }
 
 extern "C" int kc_argmax(const float *logits, int vocab, int *d_out, int *d_hist, const int *d_pos)
 {
-	k_argmax<<<1, 1024, 0, g_stream>>>(logits, vocab, d_out, d_hist, d_pos);
+	int blocks = (vocab + AM_THREADS * 4 - 1) / (AM_THREADS * 4);
+	blocks = blocks < 1 ? 1 : blocks > AM_BLOCKS ? AM_BLOCKS : blocks;
+	k_argmax<<<blocks, AM_THREADS, 0, g_stream>>>(logits, vocab, d_out, d_hist, d_pos);
 	LAUNCHED("k_argmax");
 	return 0;
 }
@@ -1168,6 +1636,13 @@ extern "C" void kc_graph_free(kc_graph *g)
 }
 
 /* ---- timing, bandwidth ---- */
+
+extern "C" int kc_profile(int on)
+{
+	CK(cudaStreamSynchronize(g_stream));
+	CK(on ? cudaProfilerStart() : cudaProfilerStop());
+	return 0;
+}
 
 extern "C" int kc_timer_mark(int i)
 {

@@ -80,6 +80,18 @@ int kc_linear(const kq_matrix *m, const float *x, int n, const float *bias, floa
 #define KC_MAX_FUSE 3
 int kc_linear_multi(int count, const kq_matrix *const *ms, const float *x, int n, const float *const *bias,
 		    float *const *y);
+/* Which decode matvec n == 1 takes: 0 (default) the tensor-core kernel for
+ * 4- and 8-bit matrices (others: the SIMT kernel), 1 the SIMT kernel for
+ * every bits value (tests and benchmarks compare the two). impl < 0 only
+ * reads. Returns the previous setting; not thread-safe (set it before
+ * queueing work). */
+int kc_matvec_impl(int impl);
+/* The feed-forward input: g_out[n][rows] = act(x gate^T) * (x up^T) (act
+ * as kc_glu). For n == 1 with 4- or 8-bit gate and up of one shape, one
+ * launch computes both and the product (u_out untouched); otherwise
+ * kc_linear_multi into g_out and u_out, then kc_glu. */
+int kc_linear_glu(const kq_matrix *gate, const kq_matrix *up, const float *x, int n, int act, float *g_out,
+		  float *u_out);
 /* out[t][cols] = scale * row tokens[t] of W, t < n (tokens: device). */
 int kc_embed(const kq_matrix *m, const int *d_tokens, int n, float scale, float *out);
 /* out[r] = x[r] / rms(x[r]) * (w + add_one) for `rows` rows of n. */
@@ -136,6 +148,9 @@ void kc_graph_free(kc_graph *g);
  * event i (0..7); kc_timer_elapsed(a, b) waits and returns the seconds. */
 int kc_timer_mark(int i);
 double kc_timer_elapsed(int a, int b);
+/* Starts (on = 1) or stops the profiler's collection (ncu
+ * --profile-from-start off), after draining the stream. */
+int kc_profile(int on);
 /* Measured device-memory read bandwidth in bytes/s: a reduction over a
  * buffer much larger than L2, median of several runs. */
 double kc_read_bandwidth(size_t bytes);
