@@ -256,6 +256,50 @@ static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt)
 	free(x);
 }
 
+/* gate/up + GLU in one launch (kc_linear_glu) against two reference
+ * matvecs and the reference GLU (act 2, GELU erf, computed here). */
+static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int act)
+{
+	kq_matrix hg = host_matrix(rows, cols, bits, gs, sdt), hu = host_matrix(rows, cols, bits, gs, sdt), dg, du;
+	if (kc_matrix_upload(&hg, &dg) || kc_matrix_upload(&hu, &du))
+		die("upload");
+	float *x = malloc((size_t)cols * 4), *ref = malloc((size_t)rows * 4), *up = malloc((size_t)rows * 4);
+	fill(x, (size_t)cols, -1, 1);
+	R->matvec(&hg, x, NULL, ref);
+	R->matvec(&hu, x, NULL, up);
+	for (int i = 0; i < rows; i++) /* gate values ~N(0,1/3): scale so the activation's shape matters */
+		ref[i] *= 4.0f;
+	if (act < 2) {
+		R->glu(ref, up, rows, act);
+	} else {
+		for (int i = 0; i < rows; i++)
+			ref[i] = 0.5f * ref[i] * (1.0f + erff(ref[i] / sqrtf(2.0f))) * up[i];
+	}
+	/* the same scaling on the device: x4 on every gate scale and bias is
+	 * exact in every dtype, so scale the host copy and upload again */
+	kc_matrix_free(&dg);
+	size_t ng = (size_t)rows * (cols / gs);
+	for (size_t i = 0; i < ng; i++) {
+		float sv = sdt == KDT_F32 ? ((float *)hg.scales)[i] : sdt == KDT_F16 ? k_f16_to_f32(((uint16_t *)hg.scales)[i]) : k_bf16_to_f32(((uint16_t *)hg.scales)[i]);
+		float bv = sdt == KDT_F32 ? ((float *)hg.biases)[i] : sdt == KDT_F16 ? k_f16_to_f32(((uint16_t *)hg.biases)[i]) : k_bf16_to_f32(((uint16_t *)hg.biases)[i]);
+		store(sdt, (void *)hg.scales, i, 4.0f * sv);
+		store(sdt, (void *)hg.biases, i, 4.0f * bv);
+	}
+	if (kc_matrix_upload(&hg, &dg))
+		die("upload");
+	float *dx = dup_dev(x, (size_t)cols), *dy = dalloc((size_t)rows * 4), *dz = dalloc((size_t)rows * 4);
+	poison(dy, (size_t)rows * 4);
+	if (kc_linear_glu(&dg, &du, dx, 1, act, dy, dz))
+		die("kc_linear_glu");
+	char name[96];
+	snprintf(name, sizeof(name), "matvec+glu b%d g%d %s %dx%d act %d", bits, gs, dtn(sdt), rows, cols, act);
+	compare(name, dy, ref, (size_t)rows, TOL_LINEAR);
+	kc_free(dx); kc_free(dy); kc_free(dz);
+	kc_matrix_free(&dg); kc_matrix_free(&du);
+	host_free(&hg); host_free(&hu);
+	free(x); free(ref); free(up);
+}
+
 static void test_norms(const kernel_table *R)
 {
 	int rows = 3, n = 1000;
@@ -474,10 +518,26 @@ int main(int argc, char **argv)
 				test_linear(R, 67, groups[gi] * 5, bits[bi], groups[gi], (kdtype)dt);
 				test_fused(R, bits[bi], groups[gi], (kdtype)dt);
 			}
-	/* real-size rows: many packs per lane, vector loads */
+	/* real-size rows: many packs per lane, vector loads; 14336 columns
+	 * take two passes of the tensor-core kernel's staged x */
 	test_linear(R, 300, 4096, 4, 64, KDT_F16);
 	test_linear(R, 130, 14336, 4, 64, KDT_BF16);
 	test_linear(R, 64, 2048, 8, 128, KDT_F32);
+	test_linear(R, 40, 10240, 8, 32, KDT_F16);
+	for (int act = 0; act < 3; act++) { /* fused gate/up + GLU: 4, 8 bits one launch; 3 bits the fallback */
+		test_linear_glu(R, 67, 320, 4, 64, (kdtype)act, act);
+		test_linear_glu(R, 48, 4096, 8, 32 << act, (kdtype)((act + 1) % 3), act);
+		test_linear_glu(R, 33, 256, 3, 128, KDT_BF16, act);
+	}
+	/* the SIMT matvec, which the tensor-core kernel replaced for 4 and 8 bits */
+	kc_matvec_impl(1);
+	for (int bi = 2; bi < 6; bi += 3)
+		for (int gi = 0; gi < 3; gi++) {
+			test_linear(R, 67, groups[gi] * 5, bits[bi], groups[gi], (kdtype)gi);
+			test_fused(R, bits[bi], groups[gi], (kdtype)gi);
+		}
+	test_linear(R, 130, 14336, 4, 64, KDT_BF16);
+	kc_matvec_impl(0);
 	for (int dt = 0; dt < KDT_COUNT; dt++) /* dense weights, cols not a multiple of anything */
 		test_linear(R, 37, 101, 0, 0, (kdtype)dt);
 	test_norms(R);
