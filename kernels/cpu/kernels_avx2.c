@@ -133,7 +133,6 @@ typedef struct {
 	const kq_matrix *m;
 	const float *x;
 	const float *xs;
-	const float *xp; /* 4-bit only: x with each block of 16 split even/odd */
 	const int16_t *xq; /* 4/8-bit int16 path: x quantized per block (k_xq_prepare) */
 	const float *dxg;  /* per group: the step of its x block */
 	const float *bias;
@@ -199,50 +198,6 @@ AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
 		}
 		j->y[r] = hsum(t0) + bs0 + (j->bias ? j->bias[r] : 0.0f);
 	}
-}
-
-/* 4-bit, even/odd order: vpmovzxbd of 8 bytes puts codes (2i, 2i+1) in
- * lane i; `& 15` and `>> 4` give the even and odd codes, so x is split
- * once per call into even/odd halves of each 16-block (xp). One
- * shuffle-port uop per 16 codes instead of three (unpack + 2 vpmovzxbd). */
-AI void mv_rows_q4(const mv_job *j, int r0, int r1)
-{
-	const kq_matrix *m = j->m;
-	const int gs = m->group_size, ng = m->cols / gs, gbytes = gs / 2;
-	const size_t rb = k_row_bytes(m);
-	const uint8_t *sc = m->scales, *bi = m->biases;
-	const kdtype sdt = m->sdt;
-	const float *x = j->xp, *xs = j->xs;
-	const __m256i mask = _mm256_set1_epi32(15);
-	int r = r0;
-	for (; r + 2 <= r1; r += 2) {
-		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = w0 + rb;
-		size_t g0 = (size_t)r * (size_t)ng, g1 = g0 + (size_t)ng;
-		__m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
-		float bs0 = 0.0f, bs1 = 0.0f;
-		for (int g = 0; g < ng; g++) {
-			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
-			const float *xg = x + (size_t)g * (size_t)gs;
-			__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-			for (int v = 0; v < gs; v += 16) {
-				__m256 xe = _mm256_loadu_ps(xg + v), xo = _mm256_loadu_ps(xg + v + 8);
-				__m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + v / 2)));
-				__m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p1 + v / 2)));
-				a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b0, mask)), xe, a0);
-				a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b1, mask)), xe, a1);
-				a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)), xo, a0);
-				a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)), xo, a1);
-			}
-			t0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_sb(sdt, sc, g0 + (size_t)g)), a0, t0);
-			t1 = _mm256_fmadd_ps(_mm256_set1_ps(ld_sb(sdt, sc, g1 + (size_t)g)), a1, t1);
-			bs0 += ld_sb(sdt, bi, g0 + (size_t)g) * xs[g];
-			bs1 += ld_sb(sdt, bi, g1 + (size_t)g) * xs[g];
-		}
-		j->y[r] = hsum(t0) + bs0 + (j->bias ? j->bias[r] : 0.0f);
-		j->y[r + 1] = hsum(t1) + bs1 + (j->bias ? j->bias[r + 1] : 0.0f);
-	}
-	if (r < r1)
-		mv_rows_q(j, r, r1, 4);
 }
 
 /* Software prefetch distance of the matvec, in rows (kernels_avx512.c,
@@ -351,8 +306,6 @@ static void mv_task(void *arg, int i)
 	case 4:
 		if (j->xq)
 			mv_rows_i16(j, r0, r1, 4);
-		else if (j->xp)
-			mv_rows_q4(j, r0, r1);
 		else
 			mv_rows_q(j, r0, r1, 4);
 		break;
@@ -365,16 +318,6 @@ static void mv_task(void *arg, int i)
 			mv_rows_q(j, r0, r1, 8);
 		break;
 	}
-}
-
-/* xp[b*16 + i] = x[b*16 + 2i], xp[b*16 + 8 + i] = x[b*16 + 2i + 1]. */
-static void x_even_odd(const float *x, int cols, float *xp)
-{
-	for (int b = 0; b < cols; b += 16)
-		for (int i = 0; i < 8; i++) {
-			xp[b + i] = x[b + 2 * i];
-			xp[b + 8 + i] = x[b + 2 * i + 1];
-		}
 }
 
 static void x_group_sums(const float *x, int cols, int gs, float *xs)
@@ -409,11 +352,6 @@ static void avx2_matvec(const kq_matrix *m, const float *x, const float *bias, f
 	if (use16 && k_xq_prepare(x, m->cols, m->group_size, m->bits, xq, dxg) == 0) {
 		j.xq = xq;
 		j.dxg = dxg;
-	}
-	float xp[m->bits == 4 && !j.xq && m->cols <= K_MAX_PERM_COLS ? m->cols : 1];
-	if (m->bits == 4 && !j.xq && m->cols <= K_MAX_PERM_COLS) {
-		x_even_odd(x, m->cols, xp);
-		j.xp = xp;
 	}
 	j.chunk = k_rows_chunk(m->rows, (size_t)m->cols, 2);
 	kpool_for((m->rows + j.chunk - 1) / j.chunk, mv_task, &j);

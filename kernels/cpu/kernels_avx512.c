@@ -141,7 +141,6 @@ typedef struct {
 	const kq_matrix *m;
 	const float *x;
 	const float *xs; /* per-group sums of x */
-	const float *xp; /* 4-bit only: x with each block of 32 split even/odd */
 	const int16_t *xq; /* 4/8-bit int16 path: x quantized per block (xq_prepare) */
 	const float *dxg;  /* per group: the step of its x block */
 	const float *bias;
@@ -158,27 +157,19 @@ typedef struct {
  * FMA. Per-group scalar loads and conversions (#2) cost as much as the
  * 64 codes of a group in 4-bit.
  *
- * 4-bit (eo = 1): even/odd order. vpmovzxbd puts byte i (codes 2i, 2i+1)
- * in lane i; `& 15` gives the even codes, `>> 4` the odd ones, so x is
- * split once per call into even/odd halves of each 32-block (xp) and the
- * inner loop is load+zext, and, shift, 2 converts, 2 FMAs per 32 codes
- * with one shuffle-port uop. Tried (#1): unpack{lo,hi}_epi8 to natural
- * order (dec32): four shuffle uops per 32 codes, 5.9 GB/s hot on one core
- * of the 16-core test host, against 6.6 for even/odd alone.
- *
  * Used for 2, 3, 5 and 6 bits, and for 4/8 bits where the int16 path
- * cannot run (x with NaN/inf, rows wider than K_MAX_PERM_COLS). Prefetch
+ * cannot run (x with NaN/inf, rows wider than K_MAX_PERM_COLS, an odd
+ * number of 32-groups at 4 bits). Prefetch
  * as in mv_rows_i16 (an earlier trial, within one row, showed no gain:
  * the gain comes from crossing into the next rows' pages). */
-AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits, const int eo)
+AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
 {
 	const kq_matrix *m = j->m;
 	const int gs = m->group_size, ng = m->cols / gs, gbytes = gs * bits / 8;
 	const size_t rb = k_row_bytes(m);
 	const uint8_t *sc = m->scales, *bi = m->biases;
 	const kdtype sdt = m->sdt;
-	const float *x = eo ? j->xp : j->x, *xs = j->xs;
-	const __m512i mask = _mm512_set1_epi32(15);
+	const float *x = j->x, *xs = j->xs;
 	for (int r = r0; r < r1; r += 2) {
 		const int pair = r + 1 < r1;
 		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = pair ? w0 + rb : w0;
@@ -202,17 +193,8 @@ AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits, const int eo)
 				for (int v = 0; v < gs; v += 32) {
 					__m512 x0 = _mm512_loadu_ps(xg + v), x1 = _mm512_loadu_ps(xg + v + 16);
 					__m512 c0, c1, e0, e1;
-					if (eo) {
-						__m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + v / 2)));
-						__m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p1 + v / 2)));
-						c0 = _mm512_cvtepi32_ps(_mm512_and_si512(b0, mask));
-						c1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4));
-						e0 = _mm512_cvtepi32_ps(_mm512_and_si512(b1, mask));
-						e1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4));
-					} else {
-						dec32(p0 + v * bits / 8, bits, &j->d, &c0, &c1);
-						dec32(p1 + v * bits / 8, bits, &j->d, &e0, &e1);
-					}
+					dec32(p0 + v * bits / 8, bits, &j->d, &c0, &c1);
+					dec32(p1 + v * bits / 8, bits, &j->d, &e0, &e1);
 					a0 = _mm512_fmadd_ps(c0, x0, a0);
 					a1 = _mm512_fmadd_ps(e0, x0, a1);
 					a0 = _mm512_fmadd_ps(c1, x1, a0);
@@ -367,36 +349,22 @@ static void mv_task(void *arg, int i)
 		else
 			mv_rows_dense(j, r0, r1, KDT_BF16);
 		break;
-	case 2: mv_rows_q(j, r0, r1, 2, 0); break;
-	case 3: mv_rows_q(j, r0, r1, 3, 0); break;
+	case 2: mv_rows_q(j, r0, r1, 2); break;
+	case 3: mv_rows_q(j, r0, r1, 3); break;
 	case 4:
 		if (j->xq)
 			mv_rows_i16(j, r0, r1, 4);
-		else if (j->xp)
-			mv_rows_q(j, r0, r1, 4, 1);
 		else
-			mv_rows_q(j, r0, r1, 4, 0);
+			mv_rows_q(j, r0, r1, 4);
 		break;
-	case 5: mv_rows_q(j, r0, r1, 5, 0); break;
-	case 6: mv_rows_q(j, r0, r1, 6, 0); break;
+	case 5: mv_rows_q(j, r0, r1, 5); break;
+	case 6: mv_rows_q(j, r0, r1, 6); break;
 	default:
 		if (j->xq)
 			mv_rows_i16(j, r0, r1, 8);
 		else
-			mv_rows_q(j, r0, r1, 8, 0);
+			mv_rows_q(j, r0, r1, 8);
 		break;
-	}
-}
-
-/* xp[b*32 + i] = x[b*32 + 2i], xp[b*32 + 16 + i] = x[b*32 + 2i + 1]. */
-static void x_even_odd(const float *x, int cols, float *xp)
-{
-	const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-	const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
-	for (int b = 0; b < cols; b += 32) {
-		__m512 lo = _mm512_loadu_ps(x + b), hi = _mm512_loadu_ps(x + b + 16);
-		_mm512_storeu_ps(xp + b, _mm512_permutex2var_ps(lo, ie, hi));
-		_mm512_storeu_ps(xp + b + 16, _mm512_permutex2var_ps(lo, io, hi));
 	}
 }
 
@@ -432,11 +400,6 @@ static void avx512_matvec(const kq_matrix *m, const float *x, const float *bias,
 	if (use16 && k_xq_prepare(x, m->cols, m->group_size, m->bits, xq, dxg) == 0) {
 		j.xq = xq;
 		j.dxg = dxg;
-	}
-	float xp[m->bits == 4 && !j.xq && m->cols <= K_MAX_PERM_COLS ? m->cols : 1];
-	if (m->bits == 4 && !j.xq && m->cols <= K_MAX_PERM_COLS) {
-		x_even_odd(x, m->cols, xp);
-		j.xp = xp;
 	}
 	j.chunk = k_rows_chunk(m->rows, (size_t)m->cols, 2);
 	kpool_for((m->rows + j.chunk - 1) / j.chunk, mv_task, &j);

@@ -21,9 +21,9 @@ extern const kernel_table k_table_avx512;
 #define K_MAX_HEAD_DIM 512
 #define K_MAX_ROPE_PAIRS 512
 #define K_MAX_GROUPS 8192
-/* The 4-bit matvec keeps an even/odd-split copy of x on the caller's
- * stack: cols <= 32768 (128 KiB); the largest in-features in use is
- * 28672 (Llama 70B MLP). Wider rows take the unsplit path. */
+/* The 4/8-bit matvec keeps an int16 copy of x on the caller's stack:
+ * cols <= 32768 (64 KiB); the largest in-features in use is 28672
+ * (Llama 70B MLP). Wider rows take the f32 path. */
 #define K_MAX_PERM_COLS 32768
 
 static inline size_t k_dtype_size(kdtype dt)
