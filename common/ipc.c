@@ -263,11 +263,13 @@ const uint8_t *ipc_get_bytes(ipc_rd *r, size_t max, size_t *n)
 
 #define ALL_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)
 
-int ipc_memfd_sealed(const char *name, const void *p, size_t n)
+int ipc_memfd_new(const char *name)
 {
-	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return -1;
+	return memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+}
+
+int ipc_write_all(int fd, const void *p, size_t n)
+{
 	const uint8_t *b = p;
 	size_t done = 0;
 	while (done < n) {
@@ -275,17 +277,31 @@ int ipc_memfd_sealed(const char *name, const void *p, size_t n)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
-			goto fail;
+			return -1;
 		done += (size_t)w;
 	}
+	return 0;
+}
+
+int ipc_memfd_seal(int fd)
+{
 	/* F_SEAL_WRITE, not F_SEAL_FUTURE_WRITE: the latter would leave any
 	 * writable mapping of the writer able to change the bytes. */
-	if (fcntl(fd, F_ADD_SEALS, ALL_SEALS))
-		goto fail;
+	return fcntl(fd, F_ADD_SEALS, ALL_SEALS) ? -1 : 0;
+}
+
+int ipc_memfd_sealed(const char *name, const void *p, size_t n)
+{
+	int fd = ipc_memfd_new(name);
+	if (fd < 0)
+		return -1;
+	if (ipc_write_all(fd, p, n) || ipc_memfd_seal(fd)) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
 	return fd;
-fail:
-	close(fd);
-	return -1;
 }
 
 void ipc_blob_init(ipc_blob *b, const char *name)

@@ -105,6 +105,13 @@ const uint8_t *ipc_get_raw(ipc_rd *r, size_t n);
 /* A memfd holding a copy of p[0..n), sealed against every change
  * (F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_WRITE|F_SEAL_SEAL). -1 on error. */
 int ipc_memfd_sealed(const char *name, const void *p, size_t n);
+/* The same in steps, for a writer that fills the memfd itself (from
+ * several buffers, or from files with sendfile): ipc_memfd_new, writes,
+ * then ipc_memfd_seal, which fails while any writable mapping of it exists.
+ * -1 (errno set) on error. */
+int ipc_memfd_new(const char *name);
+int ipc_write_all(int fd, const void *p, size_t n);
+int ipc_memfd_seal(int fd);
 /* A growable writer that ends as a sealed memfd (for big payloads); the
  * ipc_put_* functions write to it. */
 typedef ipc_wr ipc_blob;

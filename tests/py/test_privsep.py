@@ -7,6 +7,7 @@ The in-sandbox attempts (open, connect, exec, ptrace, ...) are in
 test_sandbox.py."""
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -67,9 +68,18 @@ def test_binaries_link_only_their_role():
     assert "policy_apply" in worker and "policy_apply" in fetcher
 
 
+def wait_streaming(p, t=60):
+    """Until the answer starts: the worker has loaded the model, so it is
+    past its lockdown (it starts before the broker has validated the model,
+    and is still sandboxing itself in its first milliseconds)."""
+    r, _, _ = select.select([p.stdout], [], [], t)
+    assert r, "no output"
+
+
 def test_the_model_runs_in_a_locked_down_worker(smol):
     p, w = start_long(smol)
     try:
+        wait_streaming(p)
         st = status(w)
         assert st["Seccomp"].strip() == "2"
         assert st["NoNewPrivs"].strip() == "1"
@@ -183,3 +193,39 @@ def test_sealed_mode_answers_the_same(smol):
                        capture_output=True, text=True)
     assert a.returncode == 0 and b.returncode == 0
     assert a.stdout == b.stdout and a.stdout.strip()
+
+
+def run_copy(smol, tmp_path, change):
+    d = tmp_path / "m"
+    shutil.copytree(smol, d)
+    change(d)
+    return subprocess.run([MLXR, "run", str(d), "--temp", "0", "--max", "5", "hi"], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_broker_refuses_a_tokenizer_that_is_not_json(smol, tmp_path):
+    """The worker starts, and gets the sealed manifest, while the broker is
+    still checking the manifest's JSON; a file that fails the check is
+    refused by the broker all the same (its message, exit 1, no answer)."""
+    r = run_copy(smol, tmp_path, lambda d: (d / "tokenizer.json").write_text('{"model": {"vocab": {"a": 0,}}}'))
+    assert r.returncode == 1 and not r.stdout
+    assert "tokenizer.json: not valid JSON" in r.stderr, r.stderr
+    r = run_copy(smol, tmp_path / "2", lambda d: (d / "generation_config.json").write_text('{"eos_token_id": 2'))
+    assert r.returncode == 1 and "generation_config.json: not valid JSON" in r.stderr, r.stderr
+
+
+def test_the_broker_refuses_missing_and_oversized_small_files(smol, tmp_path):
+    r = run_copy(smol, tmp_path, lambda d: (d / "tokenizer.json").unlink())
+    assert r.returncode == 1 and "tokenizer.json: missing or unreadable" in r.stderr, r.stderr
+
+    def dir_in_its_place(d):
+        (d / "tokenizer.json").unlink()
+        (d / "tokenizer.json").mkdir()
+    r = run_copy(smol, tmp_path / "2", dir_in_its_place)
+    assert r.returncode == 1 and "tokenizer.json: missing or unreadable" in r.stderr, r.stderr
+
+    def big_template(d):
+        with open(d / "chat_template.jinja", "wb") as f:
+            f.truncate((256 << 10) + 1)  # MF_TEMPLATE_MAX + 1
+    r = run_copy(smol, tmp_path / "3", big_template)
+    assert r.returncode == 1 and "chat_template.jinja: larger than 256 KB" in r.stderr, r.stderr
