@@ -113,6 +113,33 @@ typedef struct {
 	int long_ctx; /* context before the second decode measurement (1024) */
 } wc_bench_req;
 
+/* Where a decode step's time goes (`mlxr bench --verbose`): wall time of
+ * each kind of operation, timed on the calling thread around each kernel
+ * call (so a pooled kernel counts until its last task is done), summed
+ * over a decode measurement. Matvec categories and attention also count
+ * the bytes they read (weights; the K/V cache rows). What is left of the
+ * measured time (residual adds, the pool's hand-offs between calls, the
+ * timer itself) is the broker's "other". */
+typedef enum {
+	WC_PROF_QKV,       /* matvec: attention q, k, v projections */
+	WC_PROF_ATTN_OUT,  /* matvec: attention output projection */
+	WC_PROF_GATE_UP,   /* matvec: MLP gate and up */
+	WC_PROF_DOWN,      /* matvec: MLP down */
+	WC_PROF_LM_HEAD,   /* matvec: output layer, and the embedding lookup */
+	WC_PROF_ATTENTION, /* attention over the cache */
+	WC_PROF_KV_STORE,  /* the new K/V rows into the cache (copy, or f32 -> f16) */
+	WC_PROF_NORM,      /* RMSNorms (incl. q/k norms) */
+	WC_PROF_ROPE,
+	WC_PROF_GLU,
+	WC_PROF_SAMPLE,    /* token selection between steps */
+	WC_PROF_COUNT
+} wc_prof_cat;
+
+typedef struct {
+	double s[WC_PROF_COUNT];       /* seconds, summed over the measurement */
+	uint64_t bytes[WC_PROF_COUNT]; /* bytes read, summed over the measurement */
+} wc_prof;
+
 typedef struct {
 	char kernels[16];
 	int threads;
@@ -122,6 +149,8 @@ typedef struct {
 	double mem_bw;          /* bytes/s, memory read */
 	uint64_t decode_bytes;  /* weight bytes per decoded token */
 	double peak_rss_mb;     /* of the worker */
+	wc_prof prof_short;     /* breakdown of the short-context decode */
+	wc_prof prof_long;      /* breakdown of the long-context decode */
 } wc_bench_res;
 
 /* ---- wire forms (common/wcproto.c): the broker packs, the worker unpacks,

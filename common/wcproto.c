@@ -297,6 +297,12 @@ void wc_bench_res_pack(const wc_bench_res *b, ipc_wr *w)
 	ipc_put_f64(w, b->mem_bw);
 	ipc_put_u64(w, b->decode_bytes);
 	ipc_put_f64(w, b->peak_rss_mb);
+	const wc_prof *ps[2] = { &b->prof_short, &b->prof_long };
+	for (int k = 0; k < 2; k++)
+		for (int c = 0; c < WC_PROF_COUNT; c++) {
+			ipc_put_f64(w, ps[k]->s[c]);
+			ipc_put_u64(w, ps[k]->bytes[c]);
+		}
 }
 
 int wc_bench_res_unpack(const uint8_t *p, size_t n, wc_bench_res *b)
@@ -312,7 +318,18 @@ int wc_bench_res_unpack(const uint8_t *p, size_t n, wc_bench_res *b)
 	b->mem_bw = ipc_get_f64(&rd);
 	b->decode_bytes = ipc_get_u64(&rd);
 	b->peak_rss_mb = ipc_get_f64(&rd);
-	if (rd.bad || rd.left || b->threads < 1 || !(b->prefill_s > 0) || !(b->decode_short_s > 0) ||
+	/* Breakdowns: every time finite and >= 0, and no category longer than
+	 * its whole measurement (they are parts of it). */
+	wc_prof *ps[2] = { &b->prof_short, &b->prof_long };
+	double whole[2] = { b->decode_short_s, b->decode_long_s };
+	int bad = 0;
+	for (int k = 0; k < 2; k++)
+		for (int c = 0; c < WC_PROF_COUNT; c++) {
+			ps[k]->s[c] = ipc_get_f64(&rd);
+			ps[k]->bytes[c] = ipc_get_u64(&rd);
+			bad |= !(ps[k]->s[c] >= 0 && ps[k]->s[c] <= whole[k]);
+		}
+	if (rd.bad || rd.left || bad || b->threads < 1 || !(b->prefill_s > 0) || !(b->decode_short_s > 0) ||
 	    !(b->decode_long_s > 0) || !(b->mem_bw >= 0) || b->decode_bytes == 0 || !(b->peak_rss_mb >= 0))
 		return -1;
 	return 0;

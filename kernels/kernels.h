@@ -92,12 +92,16 @@ typedef struct {
 	void (*glu)(float *gate, const float *up, int n, int act);
 
 	/* Causal attention for n query tokens at positions pos0..pos0+n-1.
-	 * q: [n][n_heads][head_dim]; k, v caches: [ctx][n_kv_heads][head_dim]
-	 * (rows 0..pos0+n-1 valid). out: [n][n_heads][head_dim].
+	 * q: [n][n_heads][head_dim] f32; k, v caches: [ctx][n_kv_heads][head_dim]
+	 * of element type kvdt (F32, F16 or BF16; f16 halves what decode reads
+	 * per token; every product and sum is f32), rows 0..pos0+n-1 valid.
+	 * out: [n][n_heads][head_dim].
 	 * window > 0: a query at position p sees keys at positions > p - window.
 	 * softcap > 0: scores = softcap * tanh(scores / softcap).
-	 * scale multiplies q.k. scratch: at least n * (pos0 + n) floats. */
-	void (*attention)(const float *q, const float *k, const float *v, float *out, int n, int pos0,
+	 * scale multiplies q.k. scratch: at least n * (pos0 + n) floats.
+	 * The fast tables split one query's keys across the pool (decode) and
+	 * keep their per-split partials on the caller's stack (<= 96 KiB). */
+	void (*attention)(const float *q, const void *k, const void *v, kdtype kvdt, float *out, int n, int pos0,
 			  int n_heads, int n_kv_heads, int head_dim, float scale, int window, float softcap,
 			  float *scratch);
 } kernel_table;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "worker/model.h"
 
@@ -24,8 +25,9 @@ int model_state_init(model_state *s, const model *m, int ctx, int max_batch)
 	size_t B = (size_t)max_batch, H = (size_t)c->hidden;
 	size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
 	size_t wide = H > qd ? H : qd;
-	s->k = malloc(kv * sizeof(float));
-	s->v = malloc(kv * sizeof(float));
+	s->kv_dt = model_kv_dtype();
+	s->k = malloc(kv * (s->kv_dt == KDT_F32 ? 4 : 2));
+	s->v = malloc(kv * (s->kv_dt == KDT_F32 ? 4 : 2));
 	s->x = malloc(B * H * sizeof(float));
 	s->xb = malloc(B * H * sizeof(float));
 	s->q = malloc(B * qd * sizeof(float));
@@ -70,6 +72,54 @@ static void softcap(float *x, size_t n, float cap)
 		x[i] = cap * tanhf(x[i] / cap);
 }
 
+/* The new K or V row into the cache at element `at`: a copy, or f32 ->
+ * f16 round to nearest even (what F16C's vcvtps2ph does). Scalar:
+ * kv_heads x head_dim values per token and layer, microseconds a token. */
+static void kv_put(const model_state *s, void *cache, size_t at, const float *x, int n)
+{
+	if (s->kv_dt == KDT_F32) {
+		memcpy((float *)cache + at, x, sizeof(float) * (size_t)n);
+		return;
+	}
+	uint16_t *d = (uint16_t *)cache + at;
+	for (int i = 0; i < n; i++)
+		d[i] = k_f32_to_f16(x[i]);
+}
+
+/* ---- profile (mlxr bench --verbose): off unless s->prof is set; when
+ * off each hook is one NULL test. ---- */
+
+static double prof_t(const model_state *s)
+{
+	if (!s->prof)
+		return 0;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void prof_add(const model_state *s, wc_prof_cat c, double t0, uint64_t bytes)
+{
+	s->prof->s[c] += prof_t(s) - t0;
+	s->prof->bytes[c] += bytes;
+}
+
+/* The time since t0 (from prof_t) and the bytes read go to category c;
+ * `bytes` is evaluated only when the profile is on. */
+#define PROF(c, t0, bytes)                            \
+	do {                                          \
+		if (s->prof)                          \
+			prof_add(s, (c), (t0), (bytes)); \
+	} while (0)
+
+/* Cache bytes attention reads for the query at position p: its K and V
+ * rows (the earlier queries of a batch read a prefix of them). */
+static uint64_t attn_bytes(const model_state *s, int p, int window, int kvd)
+{
+	int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+	return 2ull * (uint64_t)(p + 1 - lo) * (uint64_t)kvd * (s->kv_dt == KDT_F32 ? 4 : 2);
+}
+
 int model_forward(const model *m, model_state *s, const int *tokens, int n, int all_logits)
 {
 	static const kernel_table *K;
@@ -81,21 +131,28 @@ int model_forward(const model *m, model_state *s, const int *tokens, int n, int 
 	const int pos0 = s->pos;
 	if (n < 1 || n > s->max_batch || pos0 + n > s->ctx)
 		return -1;
-	for (int t = 0; t < n; t++) {
+	for (int t = 0; t < n; t++)
 		if (tokens[t] < 0 || tokens[t] >= c->vocab)
 			return -1;
+	double t0 = prof_t(s);
+	for (int t = 0; t < n; t++) {
 		K->embed(&m->embed, tokens[t], s->x + (size_t)t * H);
 		if (c->embed_scale != 1.0f)
 			for (int i = 0; i < H; i++)
 				s->x[(size_t)t * H + i] *= c->embed_scale;
 	}
+	PROF(WC_PROF_LM_HEAD, t0, (uint64_t)n * model_matrix_bytes(&m->embed) / (uint64_t)c->vocab);
 	for (int l = 0; l < c->n_layers; l++) {
 		const layer_weights *L = &m->layers[l];
-		float *kc = s->k + (size_t)l * s->ctx * kvd, *vc = s->v + (size_t)l * s->ctx * kvd;
+		const size_t es = s->kv_dt == KDT_F32 ? 4 : 2, lay = (size_t)l * (size_t)s->ctx * (size_t)kvd * es;
+		void *kc = (char *)s->k + lay, *vc = (char *)s->v + lay;
 		const float *inv_freq = c->sliding[l] ? c->inv_freq_local : c->inv_freq;
 		/* attention block */
+		t0 = prof_t(s);
 		for (int t = 0; t < n; t++)
 			K->rmsnorm(s->x + (size_t)t * H, L->attn_norm, H, c->eps, c->norm_add_one, s->xb + (size_t)t * H);
+		PROF(WC_PROF_NORM, t0, 0);
+		t0 = prof_t(s);
 		if (c->fused_qkv) {
 			linear(K, &L->q, s->xb, n, NULL, s->fused);
 			for (int t = 0; t < n; t++) {
@@ -109,31 +166,47 @@ int model_forward(const model *m, model_state *s, const int *tokens, int n, int 
 			linear(K, &L->k, s->xb, n, L->k_bias, s->kk);
 			linear(K, &L->v, s->xb, n, L->v_bias, s->vv);
 		}
+		PROF(WC_PROF_QKV, t0,
+		     model_matrix_bytes(&L->q) + (c->fused_qkv ? 0 : model_matrix_bytes(&L->k) + model_matrix_bytes(&L->v)));
 		for (int t = 0; t < n; t++) {
 			float *q = s->q + (size_t)t * qd, *k = s->kk + (size_t)t * kvd;
 			if (c->qk_norm) {
+				t0 = prof_t(s);
 				for (int h = 0; h < nh; h++)
 					K->rmsnorm(q + h * hd, L->q_norm, hd, c->eps, c->norm_add_one, q + h * hd);
 				for (int h = 0; h < nkv; h++)
 					K->rmsnorm(k + h * hd, L->k_norm, hd, c->eps, c->norm_add_one, k + h * hd);
+				PROF(WC_PROF_NORM, t0, 0);
 			}
+			t0 = prof_t(s);
 			K->rope(q, nh, hd, c->rot_dim, pos0 + t, inv_freq, c->rope_mscale);
 			K->rope(k, nkv, hd, c->rot_dim, pos0 + t, inv_freq, c->rope_mscale);
-			memcpy(kc + (size_t)(pos0 + t) * kvd, k, sizeof(float) * kvd);
-			memcpy(vc + (size_t)(pos0 + t) * kvd, s->vv + (size_t)t * kvd, sizeof(float) * kvd);
+			PROF(WC_PROF_ROPE, t0, 0);
+			t0 = prof_t(s);
+			kv_put(s, kc, (size_t)(pos0 + t) * kvd, k, kvd);
+			kv_put(s, vc, (size_t)(pos0 + t) * kvd, s->vv + (size_t)t * kvd, kvd);
+			PROF(WC_PROF_KV_STORE, t0, 0);
 		}
-		K->attention(s->q, kc, vc, s->att, n, pos0, nh, nkv, hd, c->attn_scale,
-			     c->sliding[l] ? c->window : 0, c->attn_softcap, s->scores);
+		const int window = c->sliding[l] ? c->window : 0;
+		t0 = prof_t(s);
+		K->attention(s->q, kc, vc, s->kv_dt, s->att, n, pos0, nh, nkv, hd, c->attn_scale, window, c->attn_softcap,
+			     s->scores);
+		PROF(WC_PROF_ATTENTION, t0, attn_bytes(s, pos0 + n - 1, window, kvd));
+		t0 = prof_t(s);
 		linear(K, &L->o, s->att, n, L->o_bias, s->tmp);
+		PROF(WC_PROF_ATTN_OUT, t0, model_matrix_bytes(&L->o));
 		for (int t = 0; t < n; t++) {
 			float *x = s->x + (size_t)t * H, *r = s->tmp + (size_t)t * H;
 			if (c->sandwich)
 				K->rmsnorm(r, L->post_attn_norm, H, c->eps, c->norm_add_one, r);
 			for (int i = 0; i < H; i++)
 				x[i] += r[i];
+			t0 = prof_t(s);
 			K->rmsnorm(x, L->ffn_norm, H, c->eps, c->norm_add_one, s->xb + (size_t)t * H);
+			PROF(WC_PROF_NORM, t0, 0);
 		}
 		/* feed-forward block */
+		t0 = prof_t(s);
 		if (c->fused_qkv) {
 			linear(K, &L->gate, s->xb, n, NULL, s->fused);
 			for (int t = 0; t < n; t++) {
@@ -144,6 +217,9 @@ int model_forward(const model *m, model_state *s, const int *tokens, int n, int 
 			linear(K, &L->gate, s->xb, n, NULL, s->gate);
 			linear(K, &L->up, s->xb, n, NULL, s->up);
 		}
+		PROF(WC_PROF_GATE_UP, t0,
+		     model_matrix_bytes(&L->gate) + (c->fused_qkv ? 0 : model_matrix_bytes(&L->up)));
+		t0 = prof_t(s);
 		if (c->act == 2) { /* exact GELU (gemma): not a hot path for real models */
 			for (size_t i = 0; i < (size_t)n * I; i++) {
 				float g = s->gate[i];
@@ -152,7 +228,10 @@ int model_forward(const model *m, model_state *s, const int *tokens, int n, int 
 		} else {
 			K->glu(s->gate, s->up, n * I, c->act);
 		}
+		PROF(WC_PROF_GLU, t0, 0);
+		t0 = prof_t(s);
 		linear(K, &L->down, s->gate, n, NULL, s->tmp);
+		PROF(WC_PROF_DOWN, t0, model_matrix_bytes(&L->down));
 		for (int t = 0; t < n; t++) {
 			float *x = s->x + (size_t)t * H, *r = s->tmp + (size_t)t * H;
 			if (c->sandwich)
@@ -162,11 +241,15 @@ int model_forward(const model *m, model_state *s, const int *tokens, int n, int 
 		}
 	}
 	int first = all_logits ? 0 : n - 1, nout = n - first;
+	t0 = prof_t(s);
 	for (int t = first; t < n; t++)
 		K->rmsnorm(s->x + (size_t)t * H, m->final_norm, H, c->eps, c->norm_add_one, s->xb + (size_t)(t - first) * H);
+	PROF(WC_PROF_NORM, t0, 0);
+	t0 = prof_t(s);
 	linear(K, &m->lm_head, s->xb, nout, NULL, s->logits);
 	if (c->final_softcap > 0)
 		softcap(s->logits, (size_t)nout * c->vocab, c->final_softcap);
+	PROF(WC_PROF_LM_HEAD, t0, model_matrix_bytes(&m->lm_head));
 	s->pos += n;
 	s->prefilled += (uint64_t)n;
 	return 0;

@@ -174,7 +174,13 @@ static int bind_vec(model *m, const char *name, int n, float **out, char *err, s
 	return 0;
 }
 
-static uint64_t matrix_bytes(const kq_matrix *q)
+kdtype model_kv_dtype(void)
+{
+	const char *e = getenv("MLXR_KV");
+	return e && !strcmp(e, "f16") ? KDT_F16 : KDT_F32;
+}
+
+uint64_t model_matrix_bytes(const kq_matrix *q)
 {
 	uint64_t n = (uint64_t)q->rows * (uint64_t)q->cols;
 	if (!q->bits)
@@ -249,11 +255,11 @@ static int model_bind(model *m, const qcfg *qcp, char *err, size_t errlen)
 			return -1;
 #undef MAT
 #undef VEC
-		m->decode_bytes += matrix_bytes(&L->q) + matrix_bytes(&L->k) + matrix_bytes(&L->v) +
-				   matrix_bytes(&L->o) + matrix_bytes(&L->gate) + matrix_bytes(&L->up) +
-				   matrix_bytes(&L->down);
+		m->decode_bytes += model_matrix_bytes(&L->q) + model_matrix_bytes(&L->k) + model_matrix_bytes(&L->v) +
+				   model_matrix_bytes(&L->o) + model_matrix_bytes(&L->gate) + model_matrix_bytes(&L->up) +
+				   model_matrix_bytes(&L->down);
 	}
-	m->decode_bytes += matrix_bytes(&m->lm_head) + (uint64_t)H * 4; /* + one embedding row, roughly */
+	m->decode_bytes += model_matrix_bytes(&m->lm_head) + (uint64_t)H * 4; /* + one embedding row, roughly */
 	m->weight_bytes = m->st.total_bytes;
 	return 0;
 }
@@ -321,7 +327,8 @@ static uint64_t mem_available(void)
 int model_check_memory(const model_config *c, uint64_t weight_bytes, int ctx, int batch, int gpu, char *err,
 		       size_t errlen)
 {
-	uint64_t kv = 2ull * (uint64_t)c->n_layers * (uint64_t)ctx * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 4;
+	uint64_t kv = 2ull * (uint64_t)c->n_layers * (uint64_t)ctx * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim *
+		      (model_kv_dtype() == KDT_F32 ? 4 : 2);
 	uint64_t scratch = (uint64_t)batch * ((uint64_t)c->vocab + (uint64_t)ctx + 8ull * (uint64_t)(c->hidden + c->inter)) * 4;
 	/* With a GPU the weights and the cache live in device memory (the
 	 * backend checks that); the host keeps the logits scratch only. */

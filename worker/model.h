@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/safetensors.h"
+#include "common/wcapi.h"
 #include "kernels/kernels.h"
 
 typedef enum {
@@ -105,7 +106,7 @@ const char *model_arch_name(model_arch a);
 
 /* Memory check, before anything is allocated: a session of ctx tokens
  * needs the weights (on the host unless gpu), a KV cache of
- * 2 x layers x ctx x kv_heads x head_dim floats, and prefill scratch for
+ * 2 x layers x ctx x kv_heads x head_dim values of model_kv_dtype(), and prefill scratch for
  * `batch` tokens. Compares with /proc/meminfo's MemAvailable (skipped when
  * unreadable, as inside the sandbox: the broker checks first). 0 fits; -1
  * with the numbers in err. */
@@ -117,11 +118,14 @@ typedef struct {
 	int ctx;       /* capacity in tokens */
 	int pos;       /* tokens already in the cache */
 	int max_batch; /* tokens per forward call */
-	float *k, *v;  /* [n_layers][ctx][n_kv_heads][head_dim] */
+	/* [n_layers][ctx][n_kv_heads][head_dim] of kv_dt (model_kv_dtype) */
+	void *k, *v;
+	kdtype kv_dt;
 	/* scratch for up to max_batch tokens */
 	float *x, *xb, *q, *kk, *vv, *att, *tmp, *gate, *up, *fused, *scores;
 	float *logits; /* [max_batch][vocab] */
 	uint64_t prefilled; /* tokens run through forward since init (for tests/verbose) */
+	wc_prof *prof;      /* non-NULL: model_forward adds its time per category here */
 } model_state;
 
 int model_state_init(model_state *s, const model *m, int ctx, int max_batch);
@@ -132,5 +136,18 @@ void model_state_free(model_state *s);
  * else s->logits holds the last position's [vocab]. Returns 0, or -1 if the
  * context is full. */
 int model_forward(const model *m, model_state *s, const int *tokens, int n, int all_logits);
+
+/* Element type of the CPU KV cache: KDT_F32 (default: the same numbers as
+ * mlx-lm's float32 reference, tests/py/test_engine_ref.py) or, with
+ * MLXR_KV=f16, KDT_F16: half the bytes that decode attention reads per
+ * token (at 4K context on Llama-3.2-1B, 268 MB f32 against 695 MB of
+ * weights), rounding K and V to 11 significant bits (logits move by up to
+ * ~0.1 on the random-weight fixtures: tests/py/test_kv_f16.py). mlx-lm
+ * itself keeps its cache in the model's dtype, f16/bf16 for most models.
+ * Read from the environment at each call. */
+kdtype model_kv_dtype(void);
+
+/* Bytes of a matrix as stored (codes + scales + biases, or dense). */
+uint64_t model_matrix_bytes(const kq_matrix *q);
 
 #endif

@@ -110,7 +110,9 @@ static void ref_glu(float *gate, const float *up, int n, int act)
 }
 
 typedef struct {
-	const float *q, *k, *v;
+	const float *q;
+	const void *k, *v; /* caches of element type kvdt */
+	kdtype kvdt;
 	float *out;
 	int n, pos0, n_heads, n_kv_heads, head_dim, window;
 	float scale, softcap;
@@ -131,10 +133,10 @@ static void ref_attn_task(void *arg, int t)
 		int kh = h / rep;
 		float mx = -INFINITY;
 		for (int j = lo; j <= p; j++) {
-			const float *k = a->k + ((size_t)j * (size_t)a->n_kv_heads + (size_t)kh) * (size_t)hd;
+			size_t k0 = ((size_t)j * (size_t)a->n_kv_heads + (size_t)kh) * (size_t)hd;
 			float s = 0.0f;
 			for (int d = 0; d < hd; d++)
-				s += q[d] * k[d];
+				s += q[d] * k_load(a->kvdt, a->k, k0 + (size_t)d);
 			s *= a->scale;
 			if (a->softcap > 0.0f)
 				s = a->softcap * tanhf(s / a->softcap);
@@ -150,17 +152,19 @@ static void ref_attn_task(void *arg, int t)
 		float *o = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
 		for (int d = 0; d < hd; d++) {
 			float acc = 0.0f;
-			for (int j = lo; j <= p; j++)
-				acc += sc[j] * a->v[((size_t)j * (size_t)a->n_kv_heads + (size_t)kh) * (size_t)hd + (size_t)d];
+			for (int j = lo; j <= p; j++) {
+				size_t vi = ((size_t)j * (size_t)a->n_kv_heads + (size_t)kh) * (size_t)hd + (size_t)d;
+				acc += sc[j] * k_load(a->kvdt, a->v, vi);
+			}
 			o[d] = acc / sum;
 		}
 	}
 }
 
-static void ref_attention(const float *q, const float *k, const float *v, float *out, int n, int pos0, int n_heads,
-			  int n_kv_heads, int head_dim, float scale, int window, float softcap, float *scratch)
+static void ref_attention(const float *q, const void *k, const void *v, kdtype kvdt, float *out, int n, int pos0,
+			  int n_heads, int n_kv_heads, int head_dim, float scale, int window, float softcap, float *scratch)
 {
-	ref_attn_job a = {q, k, v, out, n, pos0, n_heads, n_kv_heads, head_dim, window, scale, softcap, scratch};
+	ref_attn_job a = {q, k, v, kvdt, out, n, pos0, n_heads, n_kv_heads, head_dim, window, scale, softcap, scratch};
 	kpool_for(n, ref_attn_task, &a);
 }
 
