@@ -5,7 +5,6 @@
  * compiled for the baseline ISA: nothing built with -mavx2 or -mavx512*
  * runs before the check has passed. */
 #include <cpuid.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,30 +88,4 @@ void k_group_sums(const float *x, int cols, int gs, float *xs)
 			s += x[g * gs + j];
 		xs[g] = s;
 	}
-}
-
-int k_xq_prepare(const float *x, int cols, int gs, int bits, int16_t *xq, float *dxg)
-{
-	const int qb = gs < 64 ? 64 : gs;
-	for (int b = 0; b < cols; b += qb) {
-		float amax = 0.0f;
-		int bad = 0;
-		for (int i = b; i < b + qb; i++) {
-			float a = fabsf(x[i]);
-			bad |= !(a <= 3.4e38f);
-			amax = a > amax ? a : amax;
-		}
-		if (bad)
-			return -1;
-		float dx = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-		for (int g = b / gs; g < (b + qb) / gs; g++)
-			dxg[g] = dx;
-		for (int i = 0; i < qb; i++) {
-			long q = lrintf(x[b + i] * inv);
-			q = q > 32767 ? 32767 : q < -32767 ? -32767 : q;
-			int at = bits == 4 ? (i & ~63) + ((i & 1) ? 32 : 0) + ((i & 63) >> 1) : i;
-			xq[b + at] = (int16_t)q;
-		}
-	}
-	return 0;
 }

@@ -129,12 +129,23 @@ AI void dec16(const uint8_t *p, int bits, const dec_t *d, __m256 *c0, __m256 *c1
 
 /* ---- matvec ------------------------------------------------------------- */
 
+/* Software prefetch distance, in rows, and what it prefetches: the cache
+ * lines that start in bytes [off, off+len) of the rows PF_ROWS after w0
+ * and w1 (kernels_avx512.c, mv_rows_q, says why). */
+#define PF_ROWS 2
+AI void pf_rows(const uint8_t *w0, const uint8_t *w1, size_t rb, size_t off, size_t len)
+{
+	for (size_t o = (off + 63) & ~(size_t)63; o < off + len; o += 64) {
+		_mm_prefetch((const char *)(w0 + PF_ROWS * rb + o), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w1 + PF_ROWS * rb + o), _MM_HINT_T0);
+	}
+}
+
 typedef struct {
 	const kq_matrix *m;
 	const float *x;
 	const float *xs;
-	const int16_t *xq; /* 4/8-bit int16 path: x quantized per block (k_xq_prepare) */
-	const float *dxg;  /* per group: the step of its x block */
+	const float *xp; /* 4-bit only: x with each block of 16 split even/odd */
 	const float *bias;
 	float *y;
 	int chunk;
@@ -157,6 +168,7 @@ AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
 		__m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
 		float bs0 = 0.0f, bs1 = 0.0f;
 		for (int g = 0; g < ng; g++) {
+			pf_rows(w0, w1, rb, (size_t)g * (size_t)gbytes, (size_t)gbytes);
 			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
 			const float *xg = x + (size_t)g * (size_t)gs;
 			__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -200,72 +212,49 @@ AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
 	}
 }
 
-/* Software prefetch distance of the matvec, in rows (kernels_avx512.c,
- * mv_rows_i16, says why). */
-#define PF_ROWS 2
-
-/* 4/8-bit decode with int16 activations, as mv_rows_i16 in kernels_avx512.c
- * (read its comment for the arithmetic and the error bound): 16 bytes of
- * codes -> vpmovzxbw -> vpmaddwd against 16 int16 activations. 4-bit: the
- * 32 codes of 16 bytes are the even (`& 15`) and odd (`>> 4`) halves of
- * one half of a 64-block of xq. Two rows at a time; an odd last row runs
- * as a pair with itself. */
-AI void mv_rows_i16(const mv_job *j, int r0, int r1, const int bits)
+/* 4-bit, even/odd order: vpmovzxbd of 8 bytes puts codes (2i, 2i+1) in
+ * lane i; `& 15` and `>> 4` give the even and odd codes, so x is split
+ * once per call into even/odd halves of each 16-block (xp). One
+ * shuffle-port uop per 16 codes instead of three (unpack + 2 vpmovzxbd). */
+AI void mv_rows_q4(const mv_job *j, int r0, int r1)
 {
 	const kq_matrix *m = j->m;
-	const int gs = m->group_size, ng = m->cols / gs, gbytes = gs * bits / 8;
+	const int gs = m->group_size, ng = m->cols / gs, gbytes = gs / 2;
 	const size_t rb = k_row_bytes(m);
 	const uint8_t *sc = m->scales, *bi = m->biases;
 	const kdtype sdt = m->sdt;
-	const int16_t *xq = j->xq;
-	const float *xs = j->xs, *dxg = j->dxg;
-	const __m256i m15 = _mm256_set1_epi16(15);
-	for (int r = r0; r < r1; r += 2) {
-		const int pair = r + 1 < r1;
-		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = pair ? w0 + rb : w0;
-		size_t g0 = (size_t)r * (size_t)ng, g1 = pair ? g0 + (size_t)ng : g0;
-		__m256 t0 = _mm256_setzero_ps(), t1 = t0;
+	const float *x = j->xp, *xs = j->xs;
+	const __m256i mask = _mm256_set1_epi32(15);
+	int r = r0;
+	for (; r + 2 <= r1; r += 2) {
+		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = w0 + rb;
+		size_t g0 = (size_t)r * (size_t)ng, g1 = g0 + (size_t)ng;
+		__m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
 		float bs0 = 0.0f, bs1 = 0.0f;
 		for (int g = 0; g < ng; g++) {
-			const size_t off = (size_t)g * (size_t)gbytes;
-			for (size_t o = (off + 63) & ~(size_t)63; o < off + (size_t)gbytes; o += 64) {
-				_mm_prefetch((const char *)(w0 + PF_ROWS * rb + o), _MM_HINT_T0);
-				_mm_prefetch((const char *)(w1 + PF_ROWS * rb + o), _MM_HINT_T0);
+			pf_rows(w0, w1, rb, (size_t)g * (size_t)gbytes, (size_t)gbytes);
+			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
+			const float *xg = x + (size_t)g * (size_t)gs;
+			__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+			for (int v = 0; v < gs; v += 16) {
+				__m256 xe = _mm256_loadu_ps(xg + v), xo = _mm256_loadu_ps(xg + v + 8);
+				__m256i b0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p0 + v / 2)));
+				__m256i b1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p1 + v / 2)));
+				a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b0, mask)), xe, a0);
+				a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b1, mask)), xe, a1);
+				a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4)), xo, a0);
+				a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4)), xo, a1);
 			}
-			const uint8_t *p0 = w0 + off, *p1 = w1 + off;
-			__m256i a0 = _mm256_setzero_si256(), a1 = a0;
-			if (bits == 4) {
-				for (int c = 0; c < gs; c += 32) {
-					const int k0 = g * gs + c;
-					const int16_t *xe = xq + (k0 & ~63) + ((k0 & 63) >> 1), *xo = xe + 32;
-					__m256i ve = _mm256_loadu_si256((const __m256i *)xe);
-					__m256i vo = _mm256_loadu_si256((const __m256i *)xo);
-					__m256i b0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p0 + c / 2)));
-					__m256i b1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p1 + c / 2)));
-					a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_and_si256(b0, m15), ve));
-					a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_and_si256(b1, m15), ve));
-					a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_srli_epi16(b0, 4), vo));
-					a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_srli_epi16(b1, 4), vo));
-				}
-			} else {
-				const int16_t *xg = xq + (size_t)g * (size_t)gs;
-				for (int c = 0; c < gs; c += 16) {
-					__m256i xv = _mm256_loadu_si256((const __m256i *)(xg + c));
-					__m256i b0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p0 + c)));
-					__m256i b1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p1 + c)));
-					a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(b0, xv));
-					a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(b1, xv));
-				}
-			}
-			t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), _mm256_set1_ps(ld_sb(sdt, sc, g0 + (size_t)g) * dxg[g]), t0);
-			t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), _mm256_set1_ps(ld_sb(sdt, sc, g1 + (size_t)g) * dxg[g]), t1);
+			t0 = _mm256_fmadd_ps(_mm256_set1_ps(ld_sb(sdt, sc, g0 + (size_t)g)), a0, t0);
+			t1 = _mm256_fmadd_ps(_mm256_set1_ps(ld_sb(sdt, sc, g1 + (size_t)g)), a1, t1);
 			bs0 += ld_sb(sdt, bi, g0 + (size_t)g) * xs[g];
 			bs1 += ld_sb(sdt, bi, g1 + (size_t)g) * xs[g];
 		}
 		j->y[r] = hsum(t0) + bs0 + (j->bias ? j->bias[r] : 0.0f);
-		if (pair)
-			j->y[r + 1] = hsum(t1) + bs1 + (j->bias ? j->bias[r + 1] : 0.0f);
+		j->y[r + 1] = hsum(t1) + bs1 + (j->bias ? j->bias[r + 1] : 0.0f);
 	}
+	if (r < r1)
+		mv_rows_q(j, r, r1, 4);
 }
 
 AI void mv_rows_dense(const mv_job *j, int r0, int r1, const kdtype wdt)
@@ -304,20 +293,25 @@ static void mv_task(void *arg, int i)
 	case 2: mv_rows_q(j, r0, r1, 2); break;
 	case 3: mv_rows_q(j, r0, r1, 3); break;
 	case 4:
-		if (j->xq)
-			mv_rows_i16(j, r0, r1, 4);
+		if (j->xp)
+			mv_rows_q4(j, r0, r1);
 		else
 			mv_rows_q(j, r0, r1, 4);
 		break;
 	case 5: mv_rows_q(j, r0, r1, 5); break;
 	case 6: mv_rows_q(j, r0, r1, 6); break;
-	default:
-		if (j->xq)
-			mv_rows_i16(j, r0, r1, 8);
-		else
-			mv_rows_q(j, r0, r1, 8);
-		break;
+	default: mv_rows_q(j, r0, r1, 8); break;
 	}
+}
+
+/* xp[b*16 + i] = x[b*16 + 2i], xp[b*16 + 8 + i] = x[b*16 + 2i + 1]. */
+static void x_even_odd(const float *x, int cols, float *xp)
+{
+	for (int b = 0; b < cols; b += 16)
+		for (int i = 0; i < 8; i++) {
+			xp[b + i] = x[b + 2 * i];
+			xp[b + 8 + i] = x[b + 2 * i + 1];
+		}
 }
 
 static void x_group_sums(const float *x, int cols, int gs, float *xs)
@@ -344,14 +338,10 @@ static void avx2_matvec(const kq_matrix *m, const float *x, const float *bias, f
 		x_group_sums(x, m->cols, m->group_size, xs);
 		j.d = dec_init(m->bits);
 	}
-	/* int16 path: bits 4 and 8, whole blocks of max(64, group_size) */
-	const int qb = m->group_size < 64 ? 64 : m->group_size;
-	const int use16 = (m->bits == 4 || m->bits == 8) && m->cols <= K_MAX_PERM_COLS && m->cols % qb == 0;
-	int16_t xq[use16 ? m->cols : 1];
-	float dxg[use16 ? m->cols / m->group_size : 1];
-	if (use16 && k_xq_prepare(x, m->cols, m->group_size, m->bits, xq, dxg) == 0) {
-		j.xq = xq;
-		j.dxg = dxg;
+	float xp[m->bits == 4 && m->cols <= K_MAX_PERM_COLS ? m->cols : 1];
+	if (m->bits == 4 && m->cols <= K_MAX_PERM_COLS) {
+		x_even_odd(x, m->cols, xp);
+		j.xp = xp;
 	}
 	j.chunk = k_rows_chunk(m->rows, (size_t)m->cols, 2);
 	kpool_for((m->rows + j.chunk - 1) / j.chunk, mv_task, &j);

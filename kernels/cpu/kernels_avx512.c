@@ -22,17 +22,19 @@
  * with a 4x4 (rows x tokens) register-blocked micro-kernel; the tile is
  * transient, per thread, never a stored copy of the matrix.
  *
- * Decode at 4 and 8 bits quantizes x to int16 per block and sums codes x
- * activations in int32 with vpmaddwd (mv_rows_i16): half the vector work
- * of the f32 path at 1.5e-5 of the block maximum per element, where
- * llama.cpp's int8 activations (Q8) lose 4e-3. */
+ * Considered and not done (yet): int8-quantized activations with VNNI
+ * dot products (llama.cpp's Q8 path). The f32 path already runs near the
+ * memory-bandwidth bound on this machine's 2 cores (see bench/kbench.c),
+ * and it keeps the result within TOL_DOT of the reference; VNNI would
+ * trade accuracy for compute we are not short of. */
 #include <immintrin.h>
 #include <math.h>
 
 #include "kernels/cpu/kinternal.h"
 
 #define AI static inline __attribute__((always_inline))
-/* Software prefetch distance of the matvec, in rows (see mv_rows_i16). */
+
+/* Software prefetch distance of the matvec, in rows (see mv_rows_q). */
 #define PF_ROWS 2
 
 
@@ -141,8 +143,7 @@ typedef struct {
 	const kq_matrix *m;
 	const float *x;
 	const float *xs; /* per-group sums of x */
-	const int16_t *xq; /* 4/8-bit int16 path: x quantized per block (xq_prepare) */
-	const float *dxg;  /* per group: the step of its x block */
+	const float *xp; /* 4-bit only: x with each block of 32 split even/odd */
 	const float *bias;
 	float *y;
 	int chunk;
@@ -157,19 +158,39 @@ typedef struct {
  * FMA. Per-group scalar loads and conversions (#2) cost as much as the
  * 64 codes of a group in 4-bit.
  *
- * Used for 2, 3, 5 and 6 bits, and for 4/8 bits where the int16 path
- * cannot run (x with NaN/inf, rows wider than K_MAX_PERM_COLS, an odd
- * number of 32-groups at 4 bits). Prefetch
- * as in mv_rows_i16 (an earlier trial, within one row, showed no gain:
- * the gain comes from crossing into the next rows' pages). */
-AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
+ * 4-bit (eo = 1): even/odd order. vpmovzxbd puts byte i (codes 2i, 2i+1)
+ * in lane i; `& 15` gives the even codes, `>> 4` the odd ones, so x is
+ * split once per call into even/odd halves of each 32-block (xp) and the
+ * inner loop is load+zext, and, shift, 2 converts, 2 FMAs per 32 codes
+ * with one shuffle-port uop. Tried (#1): unpack{lo,hi}_epi8 to natural
+ * order (dec32): four shuffle uops per 32 codes, 5.9 GB/s hot on one core
+ * of the 16-core test host, against 6.6 for even/odd alone.
+ *
+ * Prefetch: the codes of the rows PF_ROWS ahead, one chunk of 16 groups
+ * at a time. The rows are contiguous, so the stream is sequential, but a
+ * 4 KiB row (8192 columns at 4 bits) is one page and the hardware
+ * prefetcher stops at page boundaries: bench/kbench.c, 2 threads, from
+ * DRAM, 11.2 GB/s of a 20.2 GB/s memory without, 15.6 with (1 and 4 rows
+ * ahead: less). An earlier trial prefetching within the same row (#3)
+ * gained nothing: the gain is in crossing into the next rows' pages.
+ *
+ * Tried and rejected (#4): x quantized to int16 per 32-block, codes x
+ * activations summed in int32 with vpmaddwd (about 2/3 of this loop's
+ * vector work: 1.5-2x the hot rate). The rounding (1.5e-5 of a block's
+ * largest value) is too coarse for models whose activations have
+ * outliers: decode then differed from prefill by 0.07 (Llama fixture)
+ * to 1.1 (Gemma-2 fixture) in the logits, against 0.05 allowed
+ * (tests/py/test_engine_ref.py), and greedy left mlx-lm's at a 0.016
+ * margin. */
+AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits, const int eo)
 {
 	const kq_matrix *m = j->m;
 	const int gs = m->group_size, ng = m->cols / gs, gbytes = gs * bits / 8;
 	const size_t rb = k_row_bytes(m);
 	const uint8_t *sc = m->scales, *bi = m->biases;
 	const kdtype sdt = m->sdt;
-	const float *x = j->x, *xs = j->xs;
+	const float *x = eo ? j->xp : j->x, *xs = j->xs;
+	const __m512i mask = _mm512_set1_epi32(15);
 	for (int r = r0; r < r1; r += 2) {
 		const int pair = r + 1 < r1;
 		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = pair ? w0 + rb : w0;
@@ -193,8 +214,17 @@ AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
 				for (int v = 0; v < gs; v += 32) {
 					__m512 x0 = _mm512_loadu_ps(xg + v), x1 = _mm512_loadu_ps(xg + v + 16);
 					__m512 c0, c1, e0, e1;
-					dec32(p0 + v * bits / 8, bits, &j->d, &c0, &c1);
-					dec32(p1 + v * bits / 8, bits, &j->d, &e0, &e1);
+					if (eo) {
+						__m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p0 + v / 2)));
+						__m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p1 + v / 2)));
+						c0 = _mm512_cvtepi32_ps(_mm512_and_si512(b0, mask));
+						c1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b0, 4));
+						e0 = _mm512_cvtepi32_ps(_mm512_and_si512(b1, mask));
+						e1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b1, 4));
+					} else {
+						dec32(p0 + v * bits / 8, bits, &j->d, &c0, &c1);
+						dec32(p1 + v * bits / 8, bits, &j->d, &e0, &e1);
+					}
 					a0 = _mm512_fmadd_ps(c0, x0, a0);
 					a1 = _mm512_fmadd_ps(e0, x0, a1);
 					a0 = _mm512_fmadd_ps(c1, x1, a0);
@@ -202,112 +232,6 @@ AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
 				}
 				t0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[gi]), a0, t0);
 				t1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[gi]), a1, t1);
-			}
-		}
-		j->y[r] = _mm512_reduce_add_ps(t0) + _mm512_reduce_add_ps(u0) + (j->bias ? j->bias[r] : 0.0f);
-		if (pair)
-			j->y[r + 1] = _mm512_reduce_add_ps(t1) + _mm512_reduce_add_ps(u1) + (j->bias ? j->bias[r + 1] : 0.0f);
-	}
-}
-
-/* The 4- and 8-bit path with int16 activations (the decode path).
- *
- * x is quantized once per call to int16 in blocks of QB = max(64, gs)
- * values (k_xq_prepare; step dx = max|x| / 32767 per block): the
- * error is at most dx/2 per element, a relative 1.5e-5 of the block's
- * largest value (tests/unit/test_kernels.c bounds it exactly). Then per
- * group  s * dx * sum_j q_j xq_j + b * sum_j x_j, the code sum in int32
- * with vpmaddwd (pairs of u16 codes x s16 activations), one convert and
- * one FMA per group; the bias term uses the exact f32 sums of x.
- * Against the f32 path (2 converts + 2 FMAs per 32 codes) this is 2
- * multiply-adds + 1 add per 64 codes: enough headroom for two cores to
- * stream weights at the memory bandwidth (bench/kbench.c).
- *
- * 4-bit: 32 bytes (64 codes) -> vpmovzxbw: word i = byte i = codes
- * (2i, 2i+1); `& 15` gives the even codes, `>> 4` the odd ones. xq holds
- * each 64-block as its 32 even then its 32 odd values, so lane j of
- * vpmaddwd covers codes 4j..4j+3 and lanes 0-7 / 8-15 the two halves of
- * the block (the two groups when gs = 32: a blended scale vector).
- * 8-bit: 32 bytes -> 32 codes in natural order against xq in natural
- * order.
- * Lane sums stay far from overflow: a 4-bit group of 128 adds at most
- * 4 * 2 * 15 * 32767 per lane, an 8-bit one 4 * 2 * 255 * 32767.
- *
- * Prefetch: the codes of the rows PF_ROWS ahead, one chunk of 16 groups
- * at a time. The rows are contiguous, so the stream is sequential, but a
- * 4 KiB row is one page and the hardware prefetcher stops at each page
- * boundary; without this, two threads streamed 11.2 GB/s of a 20.2 GB/s
- * memory from DRAM, with it 15.6 (kbench, cold, f32 path). */
-AI void mv_rows_i16(const mv_job *j, int r0, int r1, const int bits)
-{
-	const kq_matrix *m = j->m;
-	const int gs = m->group_size, ng = m->cols / gs, gbytes = gs * bits / 8;
-	const size_t rb = k_row_bytes(m);
-	const uint8_t *sc = m->scales, *bi = m->biases;
-	const kdtype sdt = m->sdt;
-	const int16_t *xq = j->xq;
-	const float *xs = j->xs, *dxg = j->dxg;
-	const __m512i m15 = _mm512_set1_epi16(15);
-	for (int r = r0; r < r1; r += 2) {
-		const int pair = r + 1 < r1;
-		const uint8_t *w0 = (const uint8_t *)m->w + (size_t)r * rb, *w1 = pair ? w0 + rb : w0;
-		size_t g0 = (size_t)r * (size_t)ng, g1 = pair ? g0 + (size_t)ng : g0;
-		__m512 t0 = _mm512_setzero_ps(), t1 = t0, u0 = t0, u1 = t0;
-		for (int gc = 0; gc < ng; gc += 16) {
-			const int gn = ng - gc < 16 ? ng - gc : 16;
-			const __mmask16 k = gn == 16 ? 0xffff : (__mmask16)((1u << gn) - 1);
-			pf_rows(w0, w1, rb, (size_t)gc * (size_t)gbytes, gn * gbytes);
-			__m512 xsv = _mm512_maskz_loadu_ps(k, xs + gc), dxv = _mm512_maskz_loadu_ps(k, dxg + gc);
-			u0 = _mm512_fmadd_ps(ld16(sdt, bi, g0 + (size_t)gc, k), xsv, u0);
-			u1 = _mm512_fmadd_ps(ld16(sdt, bi, g1 + (size_t)gc, k), xsv, u1);
-			float f0[16], f1[16];
-			_mm512_storeu_ps(f0, _mm512_mul_ps(ld16(sdt, sc, g0 + (size_t)gc, k), dxv));
-			_mm512_storeu_ps(f1, _mm512_mul_ps(ld16(sdt, sc, g1 + (size_t)gc, k), dxv));
-			if (bits == 4 && gs == 32) {
-				/* one 64-code block = groups gi, gi+1 (ng is even here) */
-				for (int gi = 0; gi < gn; gi += 2) {
-					const size_t off = (size_t)(gc + gi) * 16;
-					const int16_t *xg = xq + (size_t)(gc + gi) * 32;
-					__m512i xe = _mm512_loadu_si512(xg), xo = _mm512_loadu_si512(xg + 32);
-					__m512i b0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w0 + off)));
-					__m512i b1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w1 + off)));
-					__m512i a0 = _mm512_add_epi32(_mm512_madd_epi16(_mm512_and_si512(b0, m15), xe),
-								      _mm512_madd_epi16(_mm512_srli_epi16(b0, 4), xo));
-					__m512i a1 = _mm512_add_epi32(_mm512_madd_epi16(_mm512_and_si512(b1, m15), xe),
-								      _mm512_madd_epi16(_mm512_srli_epi16(b1, 4), xo));
-					__m512 c0 = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(f0[gi]), _mm512_set1_ps(f0[gi + 1]));
-					__m512 c1 = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(f1[gi]), _mm512_set1_ps(f1[gi + 1]));
-					t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), c0, t0);
-					t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), c1, t1);
-				}
-				continue;
-			}
-			for (int gi = 0; gi < gn; gi++) {
-				const int g = gc + gi;
-				const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
-				const int16_t *xg = xq + (size_t)g * (size_t)gs;
-				__m512i a0 = _mm512_setzero_si512(), a1 = a0;
-				if (bits == 4) {
-					for (int v = 0; v < gs; v += 64) {
-						__m512i xe = _mm512_loadu_si512(xg + v), xo = _mm512_loadu_si512(xg + v + 32);
-						__m512i b0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p0 + v / 2)));
-						__m512i b1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p1 + v / 2)));
-						a0 = _mm512_add_epi32(a0, _mm512_madd_epi16(_mm512_and_si512(b0, m15), xe));
-						a1 = _mm512_add_epi32(a1, _mm512_madd_epi16(_mm512_and_si512(b1, m15), xe));
-						a0 = _mm512_add_epi32(a0, _mm512_madd_epi16(_mm512_srli_epi16(b0, 4), xo));
-						a1 = _mm512_add_epi32(a1, _mm512_madd_epi16(_mm512_srli_epi16(b1, 4), xo));
-					}
-				} else {
-					for (int v = 0; v < gs; v += 32) {
-						__m512i xv = _mm512_loadu_si512(xg + v);
-						__m512i b0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p0 + v)));
-						__m512i b1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p1 + v)));
-						a0 = _mm512_add_epi32(a0, _mm512_madd_epi16(b0, xv));
-						a1 = _mm512_add_epi32(a1, _mm512_madd_epi16(b1, xv));
-					}
-				}
-				t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_set1_ps(f0[gi]), t0);
-				t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_set1_ps(f1[gi]), t1);
 			}
 		}
 		j->y[r] = _mm512_reduce_add_ps(t0) + _mm512_reduce_add_ps(u0) + (j->bias ? j->bias[r] : 0.0f);
@@ -349,22 +273,29 @@ static void mv_task(void *arg, int i)
 		else
 			mv_rows_dense(j, r0, r1, KDT_BF16);
 		break;
-	case 2: mv_rows_q(j, r0, r1, 2); break;
-	case 3: mv_rows_q(j, r0, r1, 3); break;
+	case 2: mv_rows_q(j, r0, r1, 2, 0); break;
+	case 3: mv_rows_q(j, r0, r1, 3, 0); break;
 	case 4:
-		if (j->xq)
-			mv_rows_i16(j, r0, r1, 4);
+		if (j->xp)
+			mv_rows_q(j, r0, r1, 4, 1);
 		else
-			mv_rows_q(j, r0, r1, 4);
+			mv_rows_q(j, r0, r1, 4, 0);
 		break;
-	case 5: mv_rows_q(j, r0, r1, 5); break;
-	case 6: mv_rows_q(j, r0, r1, 6); break;
-	default:
-		if (j->xq)
-			mv_rows_i16(j, r0, r1, 8);
-		else
-			mv_rows_q(j, r0, r1, 8);
-		break;
+	case 5: mv_rows_q(j, r0, r1, 5, 0); break;
+	case 6: mv_rows_q(j, r0, r1, 6, 0); break;
+	default: mv_rows_q(j, r0, r1, 8, 0); break;
+	}
+}
+
+/* xp[b*32 + i] = x[b*32 + 2i], xp[b*32 + 16 + i] = x[b*32 + 2i + 1]. */
+static void x_even_odd(const float *x, int cols, float *xp)
+{
+	const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1));
+	for (int b = 0; b < cols; b += 32) {
+		__m512 lo = _mm512_loadu_ps(x + b), hi = _mm512_loadu_ps(x + b + 16);
+		_mm512_storeu_ps(xp + b, _mm512_permutex2var_ps(lo, ie, hi));
+		_mm512_storeu_ps(xp + b + 16, _mm512_permutex2var_ps(lo, io, hi));
 	}
 }
 
@@ -392,14 +323,10 @@ static void avx512_matvec(const kq_matrix *m, const float *x, const float *bias,
 		x_group_sums(x, m->cols, m->group_size, xs);
 		j.d = dec_init(m->bits);
 	}
-	/* int16 path: bits 4 and 8, whole 64-blocks (and whole qb blocks) */
-	const int qb = m->group_size < 64 ? 64 : m->group_size;
-	const int use16 = (m->bits == 4 || m->bits == 8) && m->cols <= K_MAX_PERM_COLS && m->cols % qb == 0;
-	int16_t xq[use16 ? m->cols : 1];
-	float dxg[use16 ? m->cols / m->group_size : 1];
-	if (use16 && k_xq_prepare(x, m->cols, m->group_size, m->bits, xq, dxg) == 0) {
-		j.xq = xq;
-		j.dxg = dxg;
+	float xp[m->bits == 4 && m->cols <= K_MAX_PERM_COLS ? m->cols : 1];
+	if (m->bits == 4 && m->cols <= K_MAX_PERM_COLS) {
+		x_even_odd(x, m->cols, xp);
+		j.xp = xp;
 	}
 	j.chunk = k_rows_chunk(m->rows, (size_t)m->cols, 2);
 	kpool_for((m->rows + j.chunk - 1) / j.chunk, mv_task, &j);

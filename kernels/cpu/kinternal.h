@@ -21,9 +21,9 @@ extern const kernel_table k_table_avx512;
 #define K_MAX_HEAD_DIM 512
 #define K_MAX_ROPE_PAIRS 512
 #define K_MAX_GROUPS 8192
-/* The 4/8-bit matvec keeps an int16 copy of x on the caller's stack:
- * cols <= 32768 (64 KiB); the largest in-features in use is 28672
- * (Llama 70B MLP). Wider rows take the f32 path. */
+/* The 4-bit matvec keeps an even/odd-split copy of x on the caller's
+ * stack: cols <= 32768 (128 KiB); the largest in-features in use is
+ * 28672 (Llama 70B MLP). Wider rows take the unsplit path. */
 #define K_MAX_PERM_COLS 32768
 
 static inline size_t k_dtype_size(kdtype dt)
@@ -79,16 +79,6 @@ void k_attention_avx2(const float *q, const void *k, const void *v, kdtype kvdt,
 void k_attention_avx512(const float *q, const void *k, const void *v, kdtype kvdt, float *out, int n, int pos0,
 			int n_heads, int n_kv_heads, int head_dim, float scale, int window, float softcap,
 			float *scratch);
-
-/* x -> int16 for the 4/8-bit decode matvec (mv_rows_i16 in the ISA files):
- * blocks of qb = max(64, gs) values (cols % qb == 0), each with step
- * dx = max|x| / 32767 (0 for an all-zero block), xq = round(x / dx);
- * dxg[g] = the step of group g's block. Order in xq: 4-bit, each 64-block
- * as its 32 even-indexed then its 32 odd-indexed values (the order in
- * which `& 15` / `>> 4` of zero-extended code bytes yield codes); 8-bit,
- * natural. Returns -1 when x holds a NaN or an infinity (the f32 path
- * then propagates it as the reference does), else 0. */
-int k_xq_prepare(const float *x, int cols, int gs, int bits, int16_t *xq, float *dxg);
 
 /* Sum of x over each group of `gs` values: xs[g] = sum x[g*gs .. g*gs+gs). */
 void k_group_sums(const float *x, int cols, int gs, float *xs);
