@@ -597,97 +597,7 @@ static void avx2_rope(float *x, int nheads, int head_dim, int rot_dim, int pos, 
 	}
 }
 
-/* ---- attention ---------------------------------------------------------- */
-
-typedef struct {
-	const float *q, *k, *v;
-	float *out;
-	int n, pos0, n_heads, n_kv_heads, head_dim, window;
-	float scale, softcap;
-} at_job;
-
-#define AT_BLOCK 32
-
-AI float dot_hd(const float *a, const float *b, int hd)
-{
-	__m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
-	int c = 0;
-	for (; c + 16 <= hd; c += 16) {
-		d0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(b + c), d0);
-		d1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c + 8), _mm256_loadu_ps(b + c + 8), d1);
-	}
-	for (; c + 8 <= hd; c += 8)
-		d0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(b + c), d0);
-	float s = hsum(_mm256_add_ps(d0, d1));
-	for (; c < hd; c++)
-		s += a[c] * b[c];
-	return s;
-}
-
-/* One (token, head), online softmax over blocks of AT_BLOCK keys. */
-static void at_task(void *arg, int i)
-{
-	const at_job *a = arg;
-	const int hd = a->head_dim, t = i / a->n_heads, h = i % a->n_heads;
-	const int kh = h / (a->n_heads / a->n_kv_heads), p = a->pos0 + t;
-	const int lo = a->window > 0 && p - a->window + 1 > 0 ? p - a->window + 1 : 0;
-	const size_t kstride = (size_t)a->n_kv_heads * (size_t)hd;
-	const float *q = a->q + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
-	const float *kb = a->k + (size_t)kh * (size_t)hd, *vb = a->v + (size_t)kh * (size_t)hd;
-	float acc[K_MAX_HEAD_DIM];
-	float sc[AT_BLOCK];
-	memset(acc, 0, sizeof(float) * (size_t)hd);
-	float m = -INFINITY, l = 0.0f;
-	for (int j0 = lo; j0 <= p; j0 += AT_BLOCK) {
-		int nb = p + 1 - j0 < AT_BLOCK ? p + 1 - j0 : AT_BLOCK;
-		float bm = -INFINITY;
-		for (int jj = 0; jj < nb; jj++) {
-			float s = dot_hd(q, kb + (size_t)(j0 + jj) * kstride, hd) * a->scale;
-			if (a->softcap > 0.0f)
-				s = a->softcap * tanhf(s / a->softcap);
-			sc[jj] = s;
-			bm = s > bm ? s : bm;
-		}
-		float mn = bm > m ? bm : m;
-		float alpha = expf(m - mn);
-		l *= alpha;
-		if (alpha != 1.0f)
-			for (int c = 0; c < hd; c++)
-				acc[c] *= alpha;
-		for (int jj = nb; jj < AT_BLOCK; jj++)
-			sc[jj] = mn; /* unused lanes: finite input */
-		for (int jj = 0; jj < AT_BLOCK; jj += 8)
-			_mm256_storeu_ps(sc + jj, exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + jj), _mm256_set1_ps(mn))));
-		for (int jj = 0; jj < nb; jj++) {
-			const float *vr = vb + (size_t)(j0 + jj) * kstride;
-			float pj = sc[jj];
-			__m256 pv = _mm256_set1_ps(pj);
-			l += pj;
-			int c = 0;
-			for (; c + 8 <= hd; c += 8)
-				_mm256_storeu_ps(acc + c, _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + c), _mm256_loadu_ps(acc + c)));
-			for (; c < hd; c++)
-				acc[c] += pj * vr[c];
-		}
-		m = mn;
-	}
-	float *o = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
-	float il = 1.0f / l;
-	for (int c = 0; c < hd; c++)
-		o[c] = acc[c] * il;
-}
-
-static void avx2_attention(const float *q, const float *k, const float *v, float *out, int n, int pos0, int n_heads,
-			   int n_kv_heads, int head_dim, float scale, int window, float softcap, float *scratch)
-{
-	if (head_dim > K_MAX_HEAD_DIM) {
-		k_table_ref.attention(q, k, v, out, n, pos0, n_heads, n_kv_heads, head_dim, scale, window, softcap,
-				      scratch);
-		return;
-	}
-	at_job a = {q, k, v, out, n, pos0, n_heads, n_kv_heads, head_dim, window, scale, softcap};
-	kpool_for(n * n_heads, at_task, &a);
-}
+/* attention: attention_avx2.c (k_attention_avx2) */
 
 const kernel_table k_table_avx2 = {
 	.name = "avx2",
@@ -697,5 +607,5 @@ const kernel_table k_table_avx2 = {
 	.rmsnorm = avx2_rmsnorm,
 	.rope = avx2_rope,
 	.glu = avx2_glu,
-	.attention = avx2_attention,
+	.attention = k_attention_avx2,
 };

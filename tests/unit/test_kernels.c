@@ -296,43 +296,72 @@ static void test_elementwise(const kernel_table *t)
 		}
 }
 
-static void test_attention(const kernel_table *t)
+/* A cache of n random values in [lo, hi) of element type dt (kernels.h
+ * attention) */
+static void *cvec(kdtype dt, int n, float lo, float hi)
+{
+	void *v = malloc(dt_size(dt) * (size_t)(n > 0 ? n : 1));
+	for (int i = 0; i < n; i++)
+		store(dt, v, (size_t)i, frnd(lo, hi));
+	return v;
+}
+
+/* One attention shape and cache element type, the table against the
+ * reference on the same cache. */
+static void attention_case(const kernel_table *t, kdtype dt, int n, int pos0, int nh, int nkv, int hd, int window,
+			   float softcap)
 {
 	const kernel_table *ref = kernels_ref();
+	int ctx = pos0 + n;
+	float scale = 1.0f / sqrtf((float)hd);
+	float *q = fvec(n * nh * hd, -2, 2);
+	void *k = cvec(dt, ctx * nkv * hd, -2, 2), *v = cvec(dt, ctx * nkv * hd, -1, 1);
+	float *a = fvec(n * nh * hd, 0, 0), *b = fvec(n * nh * hd, 0, 0);
+	float *scr = fvec(n * ctx, 0, 0);
+	ref->attention(q, k, v, dt, a, n, pos0, nh, nkv, hd, scale, window, softcap, scr);
+	t->attention(q, k, v, dt, b, n, pos0, nh, nkv, hd, scale, window, softcap, scr);
+	char what[128];
+	snprintf(what, sizeof what, "attention kv=%s n=%d pos0=%d heads=%d/%d hd=%d window=%d softcap=%g",
+		 dt_name(dt), n, pos0, nh, nkv, hd, window, softcap);
+	g_checks++;
+	for (int i = 0; i < n * nh * hd; i++)
+		if (!(fabsf(a[i] - b[i]) <= TOL_ATTN)) {
+			FAIL("%s %s [%d]: got %g want %g", t->name, what, i, b[i], a[i]);
+			break;
+		}
+	free(q);
+	free(k);
+	free(v);
+	free(a);
+	free(b);
+	free(scr);
+}
+
+static void test_attention(const kernel_table *t)
+{
 	static const int cfg[][4] = {/* n, pos0, n_heads, n_kv_heads */
 				     {1, 0, 4, 2},  {1, 13, 4, 1}, {7, 0, 4, 4},
 				     {5, 21, 6, 2}, {1, 200, 2, 2}, {3, 130, 8, 2}};
 	static const int hds[] = {64, 80, 128, 256};
-	for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
-		for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
-			for (int var = 0; var < 3; var++) {
-				int n = cfg[c][0], pos0 = cfg[c][1], nh = cfg[c][2], nkv = cfg[c][3], hd = hds[h];
-				int ctx = pos0 + n;
-				int window = var == 1 ? 5 : 0;
-				float softcap = var == 2 ? 5.0f : 0.0f;
-				float scale = 1.0f / sqrtf((float)hd);
-				float *q = fvec(n * nh * hd, -2, 2), *k = fvec(ctx * nkv * hd, -2, 2);
-				float *v = fvec(ctx * nkv * hd, -1, 1);
-				float *a = fvec(n * nh * hd, 0, 0), *b = fvec(n * nh * hd, 0, 0);
-				float *scr = fvec(n * ctx, 0, 0);
-				ref->attention(q, k, v, a, n, pos0, nh, nkv, hd, scale, window, softcap, scr);
-				t->attention(q, k, v, b, n, pos0, nh, nkv, hd, scale, window, softcap, scr);
-				char what[96];
-				snprintf(what, sizeof what, "attention n=%d pos0=%d heads=%d/%d hd=%d window=%d softcap=%g",
-					 n, pos0, nh, nkv, hd, window, softcap);
-				g_checks++;
-				for (int i = 0; i < n * nh * hd; i++)
-					if (!(fabsf(a[i] - b[i]) <= TOL_ATTN)) {
-						FAIL("%s %s [%d]: got %g want %g", t->name, what, i, b[i], a[i]);
-						break;
-					}
-				free(q);
-				free(k);
-				free(v);
-				free(a);
-				free(b);
-				free(scr);
-			}
+	for (int dt = 0; dt < KDT_COUNT; dt++)
+		for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+			for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+				for (int var = 0; var < 3; var++)
+					attention_case(t, (kdtype)dt, cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], hds[h],
+						       var == 1 ? 5 : 0, var == 2 ? 5.0f : 0.0f);
+	/* Decode at long context: the keys split into runs across the pool
+	 * and merged, blocks of 16 with a partial last one, and the group
+	 * sizes and head dims the fast tables specialise (4x64: Llama-3.2-1B;
+	 * 4x128; 2x128: Qwen3-0.6B; 3x64: SmolLM2) next to generic ones (6x80,
+	 * 1x96, 8x256). */
+	static const int dec[][4] = {/* pos0, n_heads, n_kv_heads, head_dim */
+				     {1000, 32, 8, 64}, {4100, 8, 2, 64}, {777, 8, 2, 128}, {517, 16, 8, 128},
+				     {300, 9, 3, 64},   {643, 12, 2, 80}, {250, 2, 2, 96},  {1030, 8, 1, 256}};
+	for (int dt = 0; dt < KDT_COUNT; dt++)
+		for (size_t c = 0; c < sizeof dec / sizeof dec[0]; c++)
+			for (int var = 0; var < 3; var++)
+				attention_case(t, (kdtype)dt, 1, dec[c][0], dec[c][1], dec[c][2], dec[c][3],
+					       var == 1 ? 200 : 0, var == 2 ? 30.0f : 0.0f);
 }
 
 static void test_table(const kernel_table *t)
@@ -352,6 +381,9 @@ static void test_table(const kernel_table *t)
 	}
 	/* big enough to be split across threads */
 	test_matrix(t, 301, 2048, 4, 64, KDT_F32, KDT_F16, 1);
+	/* 4/8-bit with an odd number of 32-groups: the f32 matvec path */
+	test_matrix(t, 9, 352, 4, 32, KDT_F32, KDT_BF16, 1);
+	test_matrix(t, 9, 352, 8, 32, KDT_F32, KDT_F16, 2);
 	test_matrix(t, 67, 4096, 3, 128, KDT_F32, KDT_BF16, 2);
 	test_matrix(t, 130, 2048, 0, 0, KDT_BF16, KDT_F32, 2);
 	test_elementwise(t);
