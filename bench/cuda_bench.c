@@ -177,8 +177,11 @@ static void bench_matvec(double bw)
 		{"down 4096x14336", 1, 14336, {4096, 0, 0}, 0},
 		{"lm_head 128256x4096", 1, 4096, {128256, 0, 0}, 0},
 	};
-	printf("\n%-30s %8s %9s %8s %6s %9s %8s %6s\n", "matvec 8B q4g64", "MB", "simt us", "GB/s", "%bw", "tc us",
-	       "GB/s", "%bw");
+	/* simt: kc_matvec_impl(1); split: 2 (tensor cores, columns split
+	 * across a block's warps); tc: 0, the default (warp-per-tile for
+	 * large launches) */
+	printf("\n%-28s %6s %7s %6s %7s %6s %7s %6s %6s\n", "matvec 8B q4g64", "MB", "simt us", "%bw", "split", "%bw",
+	       "tc us", "GB/s", "%bw");
 	const char *only = getenv("MV_ONLY"); /* one row of the table (its index), e.g. under ncu */
 	for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 		if (only && atoi(only) != (int)k)
@@ -211,8 +214,10 @@ static void bench_matvec(double bw)
 		for (int i = 0; i < ms[k].count; i++)
 			if (!(y[i] = kc_malloc((size_t)ms[k].rows[i] * 4)))
 				die("y");
-		double us[2];
-		for (int impl = 1; impl >= 0; impl--) {
+		double us[3];
+		static const int order[3] = {1, 2, 0};
+		for (int oi = 0; oi < 3; oi++) {
+			int impl = order[oi];
 			kc_matvec_impl(impl);
 			int L = copies < 24 ? 24 : copies;
 			for (int c = 0; c < copies; c++) {
@@ -249,8 +254,9 @@ static void bench_matvec(double bw)
 		}
 		kc_matvec_impl(0);
 		double mb = (double)bytes / 1e6;
-		printf("%-30s %8.1f %9.2f %8.0f %5.0f%% %9.2f %8.0f %5.0f%%\n", ms[k].name, mb, us[1], mb / us[1] * 1e3,
-		       100 * (bytes / (us[1] * 1e-6)) / bw, us[0], mb / us[0] * 1e3, 100 * (bytes / (us[0] * 1e-6)) / bw);
+		printf("%-28s %6.1f %7.2f %5.0f%% %7.2f %5.0f%% %7.2f %6.0f %5.0f%%\n", ms[k].name, mb, us[1],
+		       100 * (bytes / (us[1] * 1e-6)) / bw, us[2], 100 * (bytes / (us[2] * 1e-6)) / bw, us[0],
+		       mb / us[0] * 1e3, 100 * (bytes / (us[0] * 1e-6)) / bw);
 		for (int c = 0; c < copies; c++)
 			for (int i = 0; i < ms[k].count; i++)
 				kc_matrix_free(&mats[c * 3 + i]);

@@ -9,13 +9,17 @@
  * Kernels, in the order of a forward pass:
  *   k_embed          dequantize one embedding row per token
  *   k_rmsnorm        one block per row
- *   k_matvec_q       decode: a warp per KC_MV_ROWS rows, straight from the
- *                    packed codes; up to 3 matrices sharing x in one launch
+ *   k_matvec_mma     decode, 4 and 8 bits: codes straight into mma.sync
+ *   k_matvec_wt      (f16 1 + c/D, x as f16 hi + lo), 16-row tiles; up to 3
+ *                    matrices sharing x, or gate/up + GLU, in one launch
+ *   k_matvec_q       decode, other bits (and kc_matvec_impl(1)): SIMT, a
+ *                    warp per KC_MV_ROWS rows, straight from the packed codes
  *   k_gemm           prefill: 64x64 output tile, each 64x32 weight tile
  *                    dequantized once into shared memory for 64 tokens
  *   k_qk_rope_append per-head q/k norm + RoPE + KV-cache append
  *   k_attn_chunk     attention over one chunk of keys for one GQA group,
- *   k_attn_merge     online softmax; the merge combines the chunks
+ *   k_attn_dec       online softmax (k_attn_dec: n < 16, three bulk phases);
+ *   k_attn_merge     the merge combines the chunks
  *   k_glu, k_add_rmsnorm, k_argmax
  *
  * Measured / rejected variants are recorded in kernels/cuda/NOTES.md.
@@ -40,6 +44,7 @@ static cudaStream_t g_stream;
 static cudaEvent_t g_ev[8];
 static int g_ready;
 static int g_sms = 132;
+static int g_pdl = 1; /* launch_pdl: see "programmatic dependent launch" */
 static int *g_stage;                      /* [KC_STAGE_SLOTS] pinned host */
 static cudaEvent_t g_stage_ev[KC_STAGE_SLOTS];
 
@@ -71,6 +76,8 @@ extern "C" int kc_init(int dev)
 		return 0;
 	setenv("CUDA_CACHE_DISABLE", "1", 0);
 	setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+	const char *pdl = getenv("MLXR_CUDA_PDL");
+	g_pdl = !(pdl && pdl[0] == '0');
 	CK(cudaSetDevice(dev));
 	CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
 	for (int i = 0; i < 8; i++)
@@ -148,6 +155,45 @@ extern "C" int kc_sync(void)
 	CK(cudaStreamSynchronize(g_stream));
 	CK(cudaGetLastError());
 	return 0;
+}
+
+/* ---- programmatic dependent launch ----
+ * The decode step is a chain of small kernels; between two of them the
+ * device sits idle for the launch and the first loads of the next. Every
+ * kernel lets its successor launch early (pdl_trigger, first thing); the
+ * matvec kernels are launched with programmatic stream serialization
+ * (launch_pdl) and fetch their first weights, which depend on no kernel,
+ * before pdl_wait, which returns once the predecessor has completed and
+ * its writes are visible (then, transitively, every earlier kernel's).
+ * Without the attribute both are no-ops. MLXR_CUDA_PDL=0 turns it off. */
+static __device__ __forceinline__ void pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = g_stream;
+	cudaLaunchAttribute at[1];
+	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = at;
+	cfg.numAttrs = g_pdl ? 1 : 0;
+	return cudaLaunchKernelEx(&cfg, kern, args...);
 }
 
 /* ---- element access ---- */
@@ -375,6 +421,8 @@ struct mv_args {
 template <int BITS, class S>
 __global__ void __launch_bounds__(32 * KC_MV_WARPS) k_matvec_q(mv_args a, const float *__restrict__ x)
 {
+	pdl_trigger();
+	pdl_wait();
 	int blk = blockIdx.x * KC_MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	int mi = 0;
 	while (mi + 1 < a.count && blk >= a.start[mi + 1])
@@ -460,6 +508,13 @@ __global__ void __launch_bounds__(32 * KC_MV_WARPS) k_matvec_q(mv_args a, const 
  * columns) in the order the B fragments are read. */
 #define MQ_ROWS 16
 #define MQ_WARPS 4
+#ifndef MQ_MINB
+#define MQ_MINB 3 /* blocks per SM the registers must allow: 3 (168 regs) measured 5-15% faster than 4 (128 regs, spills) */
+#endif
+/* tiles x matrices from which k_matvec_wt takes the launch: lm_head (8016
+ * tiles) yes; gate/up+GLU (896 x 2) measured 31 us split vs 43 us
+ * warp-owned, so no */
+#define MQ_WT_MIN 4096
 #define MQ_SMEM_MAX (200 << 10) /* staged x: 144 B per 32 columns, up to 45,000 columns */
 #define MQ_CW 36    /* words per staged chunk: hi[16] lo[16] sum mult pad: 144 B keeps the 8 reading lanes conflict-free */
 
@@ -514,7 +569,7 @@ struct mq_regs {
 
 template <int BITS, class S>
 static __device__ __forceinline__ void mq_load(mq_regs<BITS / 4> &r, const uint4 *Wa, const uint4 *Wb,
-					       const void *SC, const void *BI, size_t ga0, size_t gb0, int cpg, int st,
+					       const void *SC, const void *BI, size_t ga0, size_t gb0, int cpg_sh, int st,
 					       int tig, int nch)
 {
 	constexpr int V = BITS / 4;
@@ -527,11 +582,17 @@ static __device__ __forceinline__ void mq_load(mq_regs<BITS / 4> &r, const uint4
 			r.wa[h][u] = ok ? __ldg(Wa + (size_t)ch * V + u) : make_uint4(0, 0, 0, 0);
 			r.wb[h][u] = ok ? __ldg(Wb + (size_t)ch * V + u) : make_uint4(0, 0, 0, 0);
 		}
-		const int gi = (ok ? ch : 0) / cpg;
+		const int gi = (ok ? ch : 0) >> cpg_sh; /* chunks per group: a power of two */
+#ifdef MQ_DIAG_NOSCALE /* timing experiment only (wrong results): no scale/bias loads */
+		r.sa[h] = r.sb[h] = 1.0f + gi * 1e-30f;
+		r.ba[h] = r.bb[h] = 0.0f;
+		(void)SC; (void)BI; (void)ga0; (void)gb0;
+#else
 		r.sa[h] = S::ld(SC, ga0 + gi);
 		r.ba[h] = S::ld(BI, ga0 + gi);
 		r.sb[h] = S::ld(SC, gb0 + gi);
 		r.bb[h] = S::ld(BI, gb0 + gi);
+#endif
 	}
 }
 
@@ -544,22 +605,26 @@ static __device__ __forceinline__ void mq_compute(const mq_regs<BITS / 4> &r, co
 	for (int h = 0; h < 4; h++) {
 		const int ch = st * 16 + 4 * h + tig;
 		const uint32_t *cp = xs + min(ch, nch - 1) * MQ_CW;
+		/* lanes that feed no B column read the zero words after the
+		 * staged chunks (one address: a broadcast, no branch) */
+		const uint32_t *bp = bact ? cp + part : xs + nch * MQ_CW;
 		uint32_t bx[16];
-		if (bact) {
 #pragma unroll
-			for (int u = 0; u < 4; u++) {
-				uint4 t = *(const uint4 *)(cp + part + 4 * u);
-				bx[4 * u] = t.x; bx[4 * u + 1] = t.y; bx[4 * u + 2] = t.z; bx[4 * u + 3] = t.w;
-			}
-		} else {
-#pragma unroll
-			for (int u = 0; u < 16; u++)
-				bx[u] = 0;
+		for (int u = 0; u < 4; u++) {
+			uint4 t = *(const uint4 *)(bp + 4 * u);
+			bx[4 * u] = t.x; bx[4 * u + 1] = t.y; bx[4 * u + 2] = t.z; bx[4 * u + 3] = t.w;
 		}
 		const uint32_t *wah = (const uint32_t *)&r.wa[h][0], *wbh = (const uint32_t *)&r.wb[h][0];
 		float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#ifdef MQ_DIAG_NOMMA /* timing experiment only (wrong results): loads, no conversion or mma */
+		d[0] = __uint_as_float((wah[0] ^ wah[BITS - 1] ^ bx[0]) & 0x3fffffffu);
+		d[2] = __uint_as_float((wbh[0] ^ wbh[BITS - 1]) & 0x3fffffffu);
+#pragma unroll
+		for (int i = 0; i < 0; i++) {
+#else
 #pragma unroll
 		for (int i = 0; i < 8; i++) {
+#endif
 			/* pairs 2i (k = 2tig, 2tig+1) and 2i+1 (k = 2tig+8, +9) */
 			const int w4 = BITS == 4 ? i >> 1 : i, t0 = BITS == 4 ? 2 * (i & 1) : 0;
 			uint32_t af[4] = {mq_a<BITS>(wah[w4], t0), mq_a<BITS>(wbh[w4], t0), mq_a<BITS>(wah[w4], t0 + 1),
@@ -582,6 +647,8 @@ template <int BITS>
 static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, bool xvec, int nch, uint32_t *xs)
 {
 	const int tid = threadIdx.x;
+	if (tid < 16)
+		xs[nch * MQ_CW + tid] = 0; /* the zero B fragment (mq_compute) */
 	for (int i0 = 0; i0 < nch * 4; i0 += 32 * MQ_WARPS * MQ_XU) {
 		float v[MQ_XU][8];
 #pragma unroll
@@ -655,14 +722,15 @@ static __device__ __forceinline__ void mq_tile(const mv_args &a, int NM, int til
  * (4 bits): the next step's loads are in flight while this one computes.
  * The first step's loads are issued before x is staged. */
 template <int BITS, class S, int NM>
-__global__ void __launch_bounds__(32 * MQ_WARPS) k_matvec_mma(mv_args a, const float *__restrict__ x)
+__global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a, const float *__restrict__ x)
 {
+	pdl_trigger();
 	extern __shared__ uint32_t xs[]; /* [nch][MQ_CW] */
 	__shared__ float red[2][NM][MQ_WARPS][MQ_ROWS];
 	constexpr int V = BITS / 4;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, tig = lane & 3;
-	const int cols = a.cols, nch = cols >> 5, ng = cols / a.group, cpg = a.group >> 5;
+	const int cols = a.cols, nch = cols >> 5, ng = cols / a.group, cpg_sh = __ffs(a.group >> 5) - 1;
 	const int nsteps = (nch + 15) >> 4;
 	const size_t row_words = (size_t)cols * BITS / 32;
 	const bool bact = (g >> 1) == tig; /* this lane feeds B: chunk tig, part g & 1 */
@@ -675,7 +743,8 @@ __global__ void __launch_bounds__(32 * MQ_WARPS) k_matvec_mma(mv_args a, const f
 	if (wid < nsteps)
 		mq_load<BITS, S>(cur, (const uint4 *)(a.w[mi] + (size_t)ra * row_words),
 				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], a.b[mi], (size_t)ra * ng,
-				 (size_t)rb * ng, cpg, wid, tig, nch);
+				 (size_t)rb * ng, cpg_sh, wid, tig, nch);
+	pdl_wait(); /* x is the predecessor's output */
 	mq_stage<BITS>(x, a.vec & 2, nch, xs);
 	__syncthreads();
 	int it = 0;
@@ -694,16 +763,23 @@ __global__ void __launch_bounds__(32 * MQ_WARPS) k_matvec_mma(mv_args a, const f
 			const size_t ga0 = (size_t)ra * ng, gb0 = (size_t)rb * ng;
 			float acc_a = 0.0f, acc_b = 0.0f;
 			if ((tile != (int)blockIdx.x || m) && wid < nsteps)
-				mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg, wid, tig, nch);
-			for (int st = wid; st < nsteps; st += MQ_WARPS) {
-				if (V == 1) {
-					if (st + MQ_WARPS < nsteps)
-						mq_load<BITS, S>(nxt, Wa, Wb, SC, BI, ga0, gb0, cpg, st + MQ_WARPS, tig, nch);
+				mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg_sh, wid, tig, nch);
+			if (V == 1) { /* two register sets in turn: no copies */
+				for (int st = wid; st < nsteps; st += 2 * MQ_WARPS) {
+					const int s1 = st + MQ_WARPS, s2 = st + 2 * MQ_WARPS;
+					if (s1 < nsteps)
+						mq_load<BITS, S>(nxt, Wa, Wb, SC, BI, ga0, gb0, cpg_sh, s1, tig, nch);
 					mq_compute<BITS>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
-					cur = nxt;
-				} else {
+					if (s1 >= nsteps)
+						break;
+					if (s2 < nsteps)
+						mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg_sh, s2, tig, nch);
+					mq_compute<BITS>(nxt, xs, s1, tig, nch, bact, part, acc_a, acc_b);
+				}
+			} else {
+				for (int st = wid; st < nsteps; st += MQ_WARPS) {
 					if (st != wid)
-						mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg, st, tig, nch);
+						mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg_sh, st, tig, nch);
 					mq_compute<BITS>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
 				}
 			}
@@ -738,11 +814,118 @@ __global__ void __launch_bounds__(32 * MQ_WARPS) k_matvec_mma(mv_args a, const f
 	}
 }
 
+/* Warp-owned tiles, for launches with many tiles (lm_head, gate/up): warp
+ * w of block b takes tiles b*MQ_WARPS + w, + gridDim.x*MQ_WARPS, ... and
+ * walks every column of each, so no block barrier follows the staging:
+ * the lane's items (tile, matrix m < NM, step) form one sequence, and the
+ * two register sets alternate along it across tile boundaries (the next
+ * tile's first loads are in flight while this tile finishes). */
+struct mq_pos {
+	int tile, m, st;
+};
+
+static __device__ __forceinline__ void mq_next(mq_pos &p, int NM, int nsteps, int stride)
+{
+	if (++p.st == nsteps) {
+		p.st = 0;
+		if (++p.m == NM) {
+			p.m = 0;
+			p.tile += stride;
+		}
+	}
+}
+
+template <int BITS, class S>
+static __device__ __forceinline__ void mq_load_at(mq_regs<BITS / 4> &r, const mv_args &a, int NM, const mq_pos &p,
+						  int g, int tig, int nch, int ng, int cpg_sh, size_t row_words)
+{
+	int mi, r0;
+	mq_tile(a, NM, p.tile, mi, r0);
+	const int mm = mi + p.m, ra = min(r0 + g, a.rows[mi] - 1), rb = min(r0 + g + 8, a.rows[mi] - 1);
+	mq_load<BITS, S>(r, (const uint4 *)(a.w[mm] + (size_t)ra * row_words),
+			 (const uint4 *)(a.w[mm] + (size_t)rb * row_words), a.s[mm], a.b[mm], (size_t)ra * ng,
+			 (size_t)rb * ng, cpg_sh, p.st, tig, nch);
+}
+
+template <int BITS, class S, int NM>
+__global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a, const float *__restrict__ x)
+{
+	pdl_trigger();
+	extern __shared__ uint32_t xs[]; /* [nch][MQ_CW] + zeros */
+	constexpr int V = BITS / 4;
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	const int g = lane >> 2, tig = lane & 3;
+	const int cols = a.cols, nch = cols >> 5, ng = cols / a.group, cpg_sh = __ffs(a.group >> 5) - 1;
+	const int nsteps = (nch + 15) >> 4;
+	const size_t row_words = (size_t)cols * BITS / 32;
+	const bool bact = (g >> 1) == tig;
+	const int part = (g & 1) * 16;
+	const int stride = gridDim.x * MQ_WARPS, tile0 = blockIdx.x * MQ_WARPS + wid;
+	const int ntw = tile0 < a.tiles ? (a.tiles - tile0 + stride - 1) / stride : 0;
+	const int items = ntw * NM * nsteps;
+	mq_regs<V> r0, r1;
+	mq_pos lp = {tile0, 0, 0}, cp = {tile0, 0, 0}; /* next to load, next to compute */
+	if (items > 0) {
+		mq_load_at<BITS, S>(r0, a, NM, lp, g, tig, nch, ng, cpg_sh, row_words);
+		mq_next(lp, NM, nsteps, stride);
+	}
+	pdl_wait(); /* x is the predecessor's output */
+	mq_stage<BITS>(x, a.vec & 2, nch, xs);
+	__syncthreads();
+	float acc_a = 0.0f, acc_b = 0.0f, gate_a = 0.0f, gate_b = 0.0f;
+	for (int k = 0; k < items; k++) {
+		const bool odd = k & 1;
+		if (k + 1 < items) { /* the other register set */
+			if (odd)
+				mq_load_at<BITS, S>(r0, a, NM, lp, g, tig, nch, ng, cpg_sh, row_words);
+			else
+				mq_load_at<BITS, S>(r1, a, NM, lp, g, tig, nch, ng, cpg_sh, row_words);
+			mq_next(lp, NM, nsteps, stride);
+		}
+		if (odd)
+			mq_compute<BITS>(r1, xs, cp.st, tig, nch, bact, part, acc_a, acc_b);
+		else
+			mq_compute<BITS>(r0, xs, cp.st, tig, nch, bact, part, acc_a, acc_b);
+		if (cp.st == nsteps - 1) { /* this (tile, m) is done */
+			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
+			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
+			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
+			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
+			int mi, rr;
+			mq_tile(a, NM, cp.tile, mi, rr);
+			if (NM == 2 && cp.m == 0) {
+				gate_a = acc_a;
+				gate_b = acc_b;
+			} else if (tig == 0) {
+				const int R = a.rows[mi];
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int row = rr + g + 8 * e;
+					if (row >= R)
+						continue;
+					float v = e ? acc_b : acc_a;
+					v += a.bias[mi + NM - 1] ? a.bias[mi + NM - 1][row] : 0.0f;
+					if (NM == 1) {
+						a.y[mi][row] = v;
+					} else {
+						float gv = (e ? gate_b : gate_a) + (a.bias[0] ? a.bias[0][row] : 0.0f);
+						a.y[0][row] = glu_act(gv, a.act) * v;
+					}
+				}
+			}
+			acc_a = acc_b = 0.0f;
+		}
+		mq_next(cp, NM, nsteps, stride);
+	}
+}
+
 /* Dense (unquantized) weights: a warp per row, any cols. */
 template <class S>
 __global__ void k_matvec_dense(const void *W, int rows, int cols, const float *__restrict__ x,
 			       const float *bias, float *y)
 {
+	pdl_trigger();
+	pdl_wait();
 	int row = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	if (row >= rows)
 		return;
@@ -780,6 +963,8 @@ __global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sc, con
 					       int group, const float *__restrict__ X, int n, const float *bias,
 					       float *Y)
 {
+	pdl_trigger();
+	pdl_wait();
 	__shared__ float Ws[GK][GM + 4];
 	__shared__ float Xs[GK][GN + 4];
 	int tid = threadIdx.x, row0 = blockIdx.x * GM, tok0 = blockIdx.y * GN;
@@ -887,23 +1072,32 @@ extern "C" int kc_matvec_impl(int impl)
 template <int BITS, class S, int NM>
 static int mq_launch(const mv_args &a, const float *x, size_t smem)
 {
-	/* grid: one block per row tile, unless there are so many tiles that
-	 * blocks staying resident and walking tiles (x staged once) balances
-	 * as well: at least 8 tiles per resident block */
+	/* Many tiles (lm_head, gate/up: tiles x NM >= MQ_WT_MIN): warp-owned
+	 * tiles, a resident grid. Otherwise one block per row tile, its warps
+	 * splitting the columns (4096 rows make 256 tiles: ~2 blocks per SM). */
 	int occ = 0;
+	if constexpr (BITS == 4) { /* 8 bits: two register sets would spill */
+		if (a.tiles * NM >= MQ_WT_MIN && g_mv_impl != 2) {
+			if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_wt<BITS, S, NM>, 32 * MQ_WARPS,
+									   smem) != cudaSuccess || occ < 1)
+				occ = 1;
+			int need = (a.tiles + MQ_WARPS - 1) / MQ_WARPS, grid = need < occ * g_sms ? need : occ * g_sms;
+			CK(launch_pdl(k_matvec_wt<BITS, S, NM>, dim3(grid), dim3(32 * MQ_WARPS), smem, a, x));
+			return 0;
+		}
+	}
 	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_mma<BITS, S, NM>, 32 * MQ_WARPS, smem) !=
 	    cudaSuccess || occ < 1)
 		occ = 1;
 	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
-	k_matvec_mma<BITS, S, NM><<<grid, 32 * MQ_WARPS, smem, g_stream>>>(a, x);
-	LAUNCHED("k_matvec_mma");
+	CK(launch_pdl(k_matvec_mma<BITS, S, NM>, dim3(grid), dim3(32 * MQ_WARPS), smem, a, x));
 	return 0;
 }
 
 template <class S>
 static int mq_dispatch(int bits, const mv_args &a, const float *x, int glu)
 {
-	size_t smem = (size_t)(a.cols / 32) * MQ_CW * 4;
+	size_t smem = (size_t)(a.cols / 32) * MQ_CW * 4 + 64; /* + the zero B fragment */
 	if (bits == 4)
 		return glu ? mq_launch<4, S, 2>(a, x, smem) : mq_launch<4, S, 1>(a, x, smem);
 	return glu ? mq_launch<8, S, 2>(a, x, smem) : mq_launch<8, S, 1>(a, x, smem);
@@ -917,6 +1111,8 @@ static int mq_attr(void)
 	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	return 0;
 }
 
@@ -928,7 +1124,7 @@ static int mq_init(void)
 static int mq_ok(const kq_matrix *m)
 {
 	return (m->bits == 4 || m->bits == 8) && !((uintptr_t)m->w & 15) && g_mv_impl != 1 &&
-	       (size_t)(m->cols / 32) * MQ_CW * 4 <= MQ_SMEM_MAX;
+	       (size_t)(m->cols / 32) * MQ_CW * 4 + 64 <= MQ_SMEM_MAX;
 }
 
 static int check_matrix(const kq_matrix *m)
@@ -1085,6 +1281,8 @@ template <int BITS, class S>
 __global__ void k_embed(const void *W, const void *sc, const void *bi, int rows, int cols, int group,
 			const int *tokens, float scale, float *out)
 {
+	pdl_trigger();
+	pdl_wait();
 	int t = blockIdx.x;
 	int tok = tokens[t];
 	if (tok < 0 || tok >= rows) /* the caller checked; a bad id reads row 0, never out of bounds */
@@ -1135,6 +1333,8 @@ static int norm_threads(int rows, int n)
 
 __global__ void k_rmsnorm(const float *x, const float *w, int n, float eps, float one, float *out)
 {
+	pdl_trigger();
+	pdl_wait();
 	__shared__ float sh[32];
 	const float *xr = x + (size_t)blockIdx.x * n;
 	float *o = out + (size_t)blockIdx.x * n;
@@ -1159,6 +1359,8 @@ extern "C" int kc_rmsnorm(const float *x, const float *w, int rows, int n, float
 __global__ void k_add_rmsnorm(float *x, float *r, const float *post_w, const float *w, int n, float eps, float one,
 			      float *out)
 {
+	pdl_trigger();
+	pdl_wait();
 	__shared__ float sh[32];
 	float *xr = x + (size_t)blockIdx.x * n, *rr = r + (size_t)blockIdx.x * n;
 	float pinv = 1.0f;
@@ -1204,6 +1406,8 @@ __global__ void k_qk_rope_append(float *q, float *k, const float *v, int nh, int
 				 const int *d_pos, const float *inv_freq, float mscale, const float *q_norm,
 				 const float *k_norm, float eps, float one, float *kc, float *vc)
 {
+	pdl_trigger();
+	pdl_wait();
 	__shared__ float sh[32];
 	__shared__ float xs[1024];
 	int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
@@ -1266,6 +1470,8 @@ extern "C" int kc_qk_rope_append(float *q, float *k, const float *v, int n, int 
 
 __global__ void k_glu(float *gate, const float *up, size_t n, int act)
 {
+	pdl_trigger();
+	pdl_wait();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		gate[i] = glu_act(gate[i], act) * up[i];
 	}
@@ -1283,6 +1489,8 @@ extern "C" int kc_glu(float *gate, const float *up, size_t n, int act)
 
 __global__ void k_softcap(float *x, size_t n, float cap)
 {
+	pdl_trigger();
+	pdl_wait();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		x[i] = cap * tanhf(x[i] / cap);
 }
@@ -1308,11 +1516,12 @@ extern "C" int kc_softcap(float *x, size_t n, float cap)
 #define ATT_G 8
 #define ATT_E 8 /* head_dim <= 32 * ATT_E = 256 */
 #define ATT_WARPS 4
+#define AD_CH 64 /* keys per chunk for n < 16 (k_attn_dec) */
 
 static int att_chunk(int n, int max_keys)
 {
 	(void)max_keys;
-	return n >= 16 ? KC_ATT_CHUNK : 64;
+	return n >= 16 ? KC_ATT_CHUNK : AD_CH;
 }
 
 extern "C" size_t kc_attention_scratch(int n, int nh, int hd, int max_keys)
@@ -1327,6 +1536,8 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) k_attn_chunk(const float *q, c
 								int window, float softcap, const int *d_pos, int chunk,
 								int nchunks, int ngroups)
 {
+	pdl_trigger();
+	pdl_wait();
 	__shared__ float qs[ATT_G][32 * ATT_E];
 	__shared__ float wm[ATT_WARPS][ATT_G], wl[ATT_WARPS][ATT_G];
 	__shared__ float wacc[ATT_WARPS][ATT_G][32 * ATT_E];
@@ -1415,31 +1626,170 @@ __global__ void __launch_bounds__(32 * ATT_WARPS) k_attn_chunk(const float *q, c
 	}
 }
 
+/* Decode attention (n < 16, chunks of 64 keys): the same partials as
+ * k_attn_chunk, without its per-key serial loop (v1 walked each warp's
+ * keys one by one, a warp-wide reduction per key and head: ~25 us per
+ * layer at a 17-token context). Three phases, every load issued in bulk:
+ *  1. scores: thread (key, half of head_dim) dots its half K row with the
+ *     G q heads (q in shared memory, one address per warp: broadcast);
+ *  2. per head: max, exp, sum over the chunk (a warp per head);
+ *  3. acc[g][d] = sum_j p[g][j] V[j][d]: a thread per d, keys unrolled x8. */
+__global__ void __launch_bounds__(128) k_attn_dec(const float *q, const float *kc, const float *vc, float *part,
+						  int nh, int nkv, int hd, float scale, int window, float softcap,
+						  const int *d_pos, int nchunks, int ngroups)
+{
+	pdl_trigger();
+	pdl_wait();
+	__shared__ float qs[ATT_G][32 * ATT_E];
+	__shared__ float sc[2][ATT_G][AD_CH];
+	__shared__ float ml[ATT_G][2];
+	const int t = blockIdx.x, kh = blockIdx.y / ngroups, grp = blockIdx.y % ngroups, c = blockIdx.z;
+	const int rep = nh / nkv, h0 = kh * rep + grp * ATT_G;
+	const int G = rep - grp * ATT_G < ATT_G ? rep - grp * ATT_G : ATT_G;
+	const int p = *d_pos + t;
+	const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+	const int j0 = c * AD_CH > lo ? c * AD_CH : lo, j1 = (c + 1) * AD_CH - 1 < p ? (c + 1) * AD_CH - 1 : p;
+	if (j0 > j1) /* nothing visible: k_attn_merge skips this chunk */
+		return;
+	const int nk = j1 - j0 + 1, tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	for (int i = tid; i < G * hd; i += blockDim.x)
+		qs[i / hd][i % hd] = q[((size_t)t * nh + h0 + i / hd) * hd + i % hd];
+	__syncthreads();
+	/* 1. scores */
+	{
+		const int kk = tid & 63, half = tid >> 6, hh = hd >> 1, dlo = half * hh;
+		float s[ATT_G];
+#pragma unroll
+		for (int g = 0; g < ATT_G; g++)
+			s[g] = 0.0f;
+		if (kk < nk) {
+			const float *kr = kc + ((size_t)(j0 + kk) * nkv + kh) * hd + dlo;
+#pragma unroll 4
+			for (int d0 = 0; d0 < hh; d0 += 16) { /* up to 64 loads in flight */
+				float kv[16];
+#pragma unroll
+				for (int i = 0; i < 16; i++)
+					kv[i] = d0 + i < hh ? kr[d0 + i] : 0.0f;
+#pragma unroll
+				for (int g = 0; g < ATT_G; g++) {
+					if (g >= G)
+						break;
+#pragma unroll
+					for (int i = 0; i < 16; i++)
+						if (d0 + i < hh)
+							s[g] = fmaf(qs[g][dlo + d0 + i], kv[i], s[g]);
+				}
+			}
+		}
+#pragma unroll
+		for (int g = 0; g < ATT_G; g++)
+			if (g < G)
+				sc[half][g][kk] = s[g];
+	}
+	__syncthreads();
+	/* 2. softmax statistics per head: warp w takes heads w, w + 4 */
+	for (int g = wid; g < G; g += 4) {
+		float v0 = -INFINITY, v1 = -INFINITY;
+		if (lane < nk) {
+			v0 = (sc[0][g][lane] + sc[1][g][lane]) * scale;
+			if (softcap > 0.0f)
+				v0 = softcap * tanhf(v0 / softcap);
+		}
+		if (lane + 32 < nk) {
+			v1 = (sc[0][g][lane + 32] + sc[1][g][lane + 32]) * scale;
+			if (softcap > 0.0f)
+				v1 = softcap * tanhf(v1 / softcap);
+		}
+		float m = fmaxf(v0, v1);
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1)
+			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+		float p0 = lane < nk ? expf(v0 - m) : 0.0f, p1 = lane + 32 < nk ? expf(v1 - m) : 0.0f;
+		float l = warp_sum(p0 + p1);
+		__syncwarp();
+		sc[0][g][lane] = p0; /* probabilities overwrite this head's half-0 scores */
+		sc[0][g][lane + 32] = p1;
+		if (lane == 0) {
+			ml[g][0] = m;
+			ml[g][1] = l;
+		}
+	}
+	__syncthreads();
+	/* 3. weighted V rows */
+	const size_t pstride = (size_t)hd + 2;
+	for (int d = tid; d < hd; d += blockDim.x) {
+		float acc[ATT_G];
+#pragma unroll
+		for (int g = 0; g < ATT_G; g++)
+			acc[g] = 0.0f;
+		const float *vr = vc + ((size_t)j0 * nkv + kh) * hd + d;
+		const size_t vstride = (size_t)nkv * hd;
+#pragma unroll 2
+		for (int k0 = 0; k0 < nk; k0 += 8) {
+			float vv[8];
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				vv[i] = k0 + i < nk ? vr[(size_t)(k0 + i) * vstride] : 0.0f;
+#pragma unroll
+			for (int g = 0; g < ATT_G; g++) {
+				if (g >= G)
+					break;
+#pragma unroll
+				for (int i = 0; i < 8; i++)
+					if (k0 + i < nk)
+						acc[g] = fmaf(sc[0][g][k0 + i], vv[i], acc[g]);
+			}
+		}
+#pragma unroll
+		for (int g = 0; g < ATT_G; g++)
+			if (g < G)
+				part[(((size_t)t * nh + h0 + g) * nchunks + c) * pstride + 2 + d] = acc[g];
+	}
+	if (tid < G) {
+		float *pp = part + (((size_t)t * nh + h0 + tid) * nchunks + c) * pstride;
+		pp[0] = ml[tid][0];
+		pp[1] = ml[tid][1];
+	}
+}
+
 /* Only the chunks that hold visible keys for this query were written:
  * c_lo..c_hi from its position and window (v1 walked all max_keys/chunk of
  * them: 69 dependent reads per output at a short context). */
 __global__ void k_attn_merge(const float *part, float *out, int nh, int hd, int nchunks, int chunk, int window,
 			     const int *d_pos)
 {
+	pdl_trigger();
+	pdl_wait();
 	int t = blockIdx.x, h = blockIdx.y;
 	int p = *d_pos + t;
 	int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 	int c_lo = lo / chunk, c_hi = p / chunk;
 	size_t pstride = (size_t)hd + 2;
 	const float *pp = part + ((size_t)t * nh + h) * nchunks * pstride;
+	__shared__ float shm[32];
 	float M = -INFINITY;
-	for (int c = c_lo; c <= c_hi; c++)
+	for (int c = c_lo + (int)threadIdx.x; c <= c_hi; c += blockDim.x)
 		if (pp[c * pstride + 1] > 0.0f)
 			M = fmaxf(M, pp[c * pstride]);
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+	if ((threadIdx.x & 31) == 0)
+		shm[threadIdx.x >> 5] = M;
+	__syncthreads();
+	M = -INFINITY;
+	for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+		M = fmaxf(M, shm[w]);
 	for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+		/* every chunk in c_lo..c_hi holds a visible key (l >= 1), so
+		 * the loads need no condition and 8 go out at once */
 		float L = 0.0f, a = 0.0f;
+#pragma unroll 8
 		for (int c = c_lo; c <= c_hi; c++) {
 			const float *q = pp + c * pstride;
-			if (q[1] > 0.0f) {
-				float f = expf(q[0] - M);
-				L += f * q[1];
-				a += f * q[2 + d];
-			}
+			float f = expf(q[0] - M);
+			L += f * q[1];
+			a += f * q[2 + d];
 		}
 		out[((size_t)t * nh + h) * hd + d] = a / L;
 	}
@@ -1458,9 +1808,16 @@ extern "C" int kc_attention(const float *q, const float *kcache, const float *vc
 	int chunk = att_chunk(n, max_keys), nchunks = (max_keys + chunk - 1) / chunk;
 	int rep = nh / nkv, ngroups = (rep + ATT_G - 1) / ATT_G;
 	dim3 grid(n, nkv * ngroups, nchunks);
-	k_attn_chunk<<<grid, 32 * ATT_WARPS, 0, g_stream>>>(q, kcache, vcache, (float *)scratch, nh, nkv, hd, scale,
-							     window, softcap, d_pos, chunk, nchunks, ngroups);
-	LAUNCHED("k_attn_chunk");
+	if (chunk == AD_CH) {
+		k_attn_dec<<<grid, 128, 0, g_stream>>>(q, kcache, vcache, (float *)scratch, nh, nkv, hd, scale, window,
+						       softcap, d_pos, nchunks, ngroups);
+		LAUNCHED("k_attn_dec");
+	} else {
+		k_attn_chunk<<<grid, 32 * ATT_WARPS, 0, g_stream>>>(q, kcache, vcache, (float *)scratch, nh, nkv, hd,
+								     scale, window, softcap, d_pos, chunk, nchunks,
+								     ngroups);
+		LAUNCHED("k_attn_chunk");
+	}
 	dim3 g2(n, nh);
 	k_attn_merge<<<g2, hd < 128 ? 128 : 256, 0, g_stream>>>((const float *)scratch, out, nh, hd, nchunks, chunk,
 								 window, d_pos);
@@ -1514,6 +1871,8 @@ static __device__ void am_block(float &best, int &bi)
 __global__ void __launch_bounds__(AM_THREADS) k_argmax(const float *logits, int vocab, int *out, int *hist,
 						       const int *d_pos)
 {
+	pdl_trigger();
+	pdl_wait();
 	__shared__ bool last;
 	float best = -INFINITY;
 	int bi = 0x7fffffff;
@@ -1556,6 +1915,8 @@ extern "C" int kc_argmax(const float *logits, int vocab, int *d_out, int *d_hist
 
 __global__ void k_pos_advance(int *p, int n)
 {
+	pdl_trigger();
+	pdl_wait();
 	*p += n;
 }
 
