@@ -529,6 +529,13 @@ int main(int argc, char **argv)
 		test_linear_glu(R, 48, 4096, 8, 32 << act, (kdtype)((act + 1) % 3), act);
 		test_linear_glu(R, 33, 256, 3, 128, KDT_BF16, act);
 	}
+	/* enough row tiles for the warp-per-tile kernel (k_matvec_wt): lm_head-like, gate/up+GLU */
+	test_linear(R, 65550, 128, 4, 64, KDT_F16);
+	test_linear_glu(R, 32800, 256, 4, 32, KDT_BF16, 0);
+	test_linear_glu(R, 8200, 512, 8, 64, KDT_F32, 1);
+	kc_matvec_impl(2); /* the same without it */
+	test_linear(R, 65550, 128, 4, 64, KDT_BF16);
+	kc_matvec_impl(0);
 	/* the SIMT matvec, which the tensor-core kernel replaced for 4 and 8 bits */
 	kc_matvec_impl(1);
 	for (int bi = 2; bi < 6; bi += 3)
@@ -559,6 +566,9 @@ int main(int argc, char **argv)
 	test_attention(R, 20, 0, 16, 1, 256, 0, 0);       /* rep 16: two groups per kv head */
 	test_attention(R, 300, 20, 6, 2, 96, 0, 0);       /* head_dim not a power of 2, several chunks */
 	test_attention(R, 70, 600, 8, 8, 32, 100, 0);     /* MHA, window across chunks */
+	test_attention(R, 1, 700, 8, 2, 128, 100, 30.0f); /* decode kernel: window across chunks, softcap */
+	test_attention(R, 9, 200, 6, 2, 96, 0, 0);        /* decode kernel, 9 queries, head_dim 96 */
+	test_attention(R, 3, 64, 16, 2, 256, 0, 0);       /* decode kernel, rep 8, head_dim 256, chunk edge */
 	test_argmax();
 	printf("%d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;
