@@ -447,7 +447,7 @@ static void test_attention(const kernel_table *R, int n, int pos0, int nh, int n
 	fill(k, cn, -1, 1);
 	fill(v, cn, -1, 1);
 	float scale = 1.0f / sqrtf((float)hd) * 3.0f; /* sharper than usual: the softmax must matter */
-	R->attention(q, k, v, ref, n, pos0, nh, nkv, hd, scale, window, softcap, scratch);
+	R->attention(q, k, v, KDT_F32, ref, n, pos0, nh, nkv, hd, scale, window, softcap, scratch);
 	float *dq = dup_dev(q, qn), *dk = dup_dev(k, cn), *dv = dup_dev(v, cn), *dy = dalloc(qn * 4);
 	int *dpos = dalloc(sizeof(int));
 	if (kc_upload(dpos, &pos0, sizeof(int)))
