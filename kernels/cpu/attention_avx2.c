@@ -195,14 +195,17 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 		float sc[DA_BLOCK] __attribute__((aligned(32)));
 		for (int g = 0; g < G; g++) {
 			const float *qg = q + (size_t)g * (size_t)hd;
-			for (int jj = 0; jj < DA_BLOCK; jj++) {
+			/* 8 independent partial vectors (rows past nb repeat row 0:
+			 * finite, and their scores are dropped below) */
+#pragma GCC unroll 8
+			for (int jj = 0; jj < DA_BLOCK; jj++)
 				d[jj] = _mm256_setzero_ps();
-				if (jj < nb) {
-					const size_t kr = kvb + (size_t)(j0 + jj) * kstride;
-					for (int c = 0; c < nv; c++)
-						d[jj] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * c), ldkv8(dt, a->k, kr + 8 * (size_t)c),
-									d[jj]);
-				}
+			for (int c = 0; c < nv; c++) {
+				const __m256 qc = _mm256_loadu_ps(qg + 8 * c);
+				const size_t kc = kvb + (size_t)j0 * kstride + 8 * (size_t)c;
+#pragma GCC unroll 8
+				for (int jj = 0; jj < DA_BLOCK; jj++)
+					d[jj] = _mm256_fmadd_ps(qc, ldkv8(dt, a->k, kc + (size_t)(jj < nb ? jj : 0) * kstride), d[jj]);
 			}
 			_mm256_store_ps(sc, _mm256_mul_ps(hsum8x8(d), _mm256_set1_ps(a->scale)));
 			float bm = -INFINITY;
@@ -233,6 +236,7 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 		}
 		for (int jj = 0; jj < nb; jj++) {
 			const size_t vr = kvb + (size_t)(j0 + jj) * kstride;
+#pragma GCC unroll 8
 			for (int c = 0; c < nv; c++) {
 				__m256 vv = ldkv8(dt, a->v, vr + 8 * (size_t)c);
 				for (int g = 0; g < G; g++) {

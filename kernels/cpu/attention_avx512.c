@@ -211,17 +211,19 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 		const __mmask16 kmask = tail_mask(nb);
 		for (int g = 0; g < G; g++) {
 			const float *qg = q + (size_t)g * (size_t)hd;
-			/* q.k for 16 keys: 16 partial vectors, one tree */
-			for (int jj = 0; jj < DA_BLOCK; jj++) {
+			/* q.k for 16 keys: 16 independent partial vectors (keys past
+			 * nb load as zeros), summed by one tree */
+#pragma GCC unroll 16
+			for (int jj = 0; jj < DA_BLOCK; jj++)
 				d[jj] = _mm512_setzero_ps();
-				if (jj < nb) {
-					const size_t kr = kvb + (size_t)(j0 + jj) * kstride;
-					for (int c = 0; c < nv; c++) {
-						__mmask16 mk = c == nv - 1 ? tail : 0xffff;
-						d[jj] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qg + 16 * c),
-									ldkv(dt, a->k, kr + 16 * (size_t)c, mk), d[jj]);
-					}
-				}
+			for (int c = 0; c < nv; c++) {
+				const __mmask16 mk = c == nv - 1 ? tail : 0xffff;
+				const __m512 qc = _mm512_maskz_loadu_ps(mk, qg + 16 * c);
+				const size_t kc = kvb + (size_t)j0 * kstride + 16 * (size_t)c;
+#pragma GCC unroll 16
+				for (int jj = 0; jj < DA_BLOCK; jj++)
+					d[jj] = _mm512_fmadd_ps(qc, ldkv(dt, a->k, kc + (size_t)jj * kstride, jj < nb ? mk : 0),
+								d[jj]);
 			}
 			__m512 sv = _mm512_mul_ps(hsum16x16(d), _mm512_set1_ps(a->scale));
 			if (a->softcap > 0.0f) {
@@ -248,6 +250,7 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 		/* acc[g] += p[g][j] V[j]: each V chunk converted once for the group */
 		for (int jj = 0; jj < nb; jj++) {
 			const size_t vr = kvb + (size_t)(j0 + jj) * kstride;
+#pragma GCC unroll 8
 			for (int c = 0; c < nv; c++) {
 				__mmask16 mk = c == nv - 1 ? tail : 0xffff;
 				__m512 vv = ldkv(dt, a->v, vr + 16 * (size_t)c, mk);
