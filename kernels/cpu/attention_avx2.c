@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "kernels/cpu/kinternal.h"
+#include "kernels/cpu/simd_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -38,26 +39,6 @@ AI __m256 hsum8x8(const __m256 *v)
 	__m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
 	__m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
 	return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-/* exp for f32 lanes (the same as kernels_avx2.c's exp256); inputs below
- * -87.3 give ~1e-38, not 0: callers zero unused lanes themselves. */
-AI __m256 exp8(__m256 x)
-{
-	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365447505531f)), _mm256_set1_ps(88.3762626647949f));
-	__m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-	x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-	__m256 y = _mm256_set1_ps(1.9875691500E-4f);
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-	y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-	return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
 /* q . k over hd values, k at element k0 of the cache (scalar tail past
@@ -123,7 +104,7 @@ AI void at_run(const at_job *a, int i, const kdtype dt)
 		for (int jj = nb; jj < AT_BLOCK; jj++)
 			sc[jj] = mn; /* unused lanes: finite input */
 		for (int jj = 0; jj < AT_BLOCK; jj += 8)
-			_mm256_storeu_ps(sc + jj, exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + jj), _mm256_set1_ps(mn))));
+			_mm256_storeu_ps(sc + jj, exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + jj), _mm256_set1_ps(mn))));
 		for (int jj = 0; jj < nb; jj++) {
 			const size_t vr = kvb + (size_t)(j0 + jj) * kstride;
 			float pj = sc[jj];
@@ -218,7 +199,7 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 				sc[jj] = bm; /* unused lanes: finite input, zeroed below */
 			float mn = bm > m[g] ? bm : m[g];
 			float alpha = expf(m[g] - mn); /* m = -inf on the first block: 0 */
-			__m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(sc), _mm256_set1_ps(mn)));
+			__m256 e = exp256(_mm256_sub_ps(_mm256_load_ps(sc), _mm256_set1_ps(mn)));
 			_mm256_store_ps(pr + g * DA_BLOCK, e);
 			float sum = 0.0f;
 			for (int jj = 0; jj < DA_BLOCK; jj++) {

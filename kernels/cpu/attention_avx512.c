@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "kernels/cpu/kinternal.h"
+#include "kernels/cpu/simd_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -30,26 +31,6 @@ AI __m512 ldkv(const kdtype dt, const void *base, size_t i, __mmask16 mk)
 AI __mmask16 tail_mask(int left)
 {
 	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-}
-
-/* exp for f32 lanes (the same as kernels_avx512.c's exp512): Cephes-style
- * range reduction and a degree-6 polynomial, ~2 ulp; vscalefps applies
- * 2^n with overflow to inf and underflow to 0. */
-AI __m512 exp16(__m512 x)
-{
-	x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
-	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-	x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
-	__m512 y = _mm512_set1_ps(1.9875691500E-4f);
-	y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507E-3f));
-	y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073E-3f));
-	y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894E-2f));
-	y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459E-1f));
-	y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201E-1f));
-	y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-	return _mm512_scalef_ps(y, n);
 }
 
 /* r[j] = sum of the 16 lanes of v[j], j < 16: a transpose-and-add tree,
@@ -124,7 +105,7 @@ AI void at_run(const at_job *a, int i, const kdtype dt)
 				_mm512_store_ps(acc + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc + 16 * c), _mm512_set1_ps(alpha)));
 		for (int jj = 0; jj < nb; jj += 16) {
 			__mmask16 mk = tail_mask(nb - jj);
-			__m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(sc + jj), _mm512_set1_ps(mn)));
+			__m512 e = exp512(_mm512_sub_ps(_mm512_load_ps(sc + jj), _mm512_set1_ps(mn)));
 			e = _mm512_maskz_mov_ps(mk, e);
 			_mm512_store_ps(sc + jj, e);
 			l += _mm512_reduce_add_ps(e);
@@ -237,7 +218,7 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 			float bm = _mm512_reduce_max_ps(sv);
 			float mn = bm > m[g] ? bm : m[g];
 			float alpha = expf(m[g] - mn); /* m = -inf on the first block: 0 */
-			__m512 e = _mm512_maskz_mov_ps(kmask, exp16(_mm512_sub_ps(sv, _mm512_set1_ps(mn))));
+			__m512 e = _mm512_maskz_mov_ps(kmask, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(mn))));
 			l[g] = l[g] * alpha + _mm512_reduce_add_ps(e);
 			m[g] = mn;
 			_mm512_store_ps(pr + g * DA_BLOCK, e);

@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "kernels/cpu/kinternal.h"
+#include "kernels/cpu/simd_avx2.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -493,27 +494,6 @@ static void avx2_matmul(const kq_matrix *m, const float *x, int n, const float *
 }
 
 /* ---- elementwise -------------------------------------------------------- */
-
-/* exp: Cephes range reduction and degree-6 polynomial, ~2 ulp; 2^n built
- * in the exponent field, so x is clamped to [-87.3, 88.37] (results
- * saturate at ~1e-38 and ~2.4e38 instead of 0 and inf). */
-AI __m256 exp256(__m256 x)
-{
-	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365447505531f)), _mm256_set1_ps(88.3762626647949f));
-	__m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-	x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-	__m256 y = _mm256_set1_ps(1.9875691500E-4f);
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-	y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-	y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-	__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-	return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
 
 AI __m256 act256(__m256 g, int act)
 {
