@@ -12,25 +12,6 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* 8 cache values from element i */
-AI __m256 ldkv8(const kdtype dt, const void *base, size_t i)
-{
-	if (dt == KDT_F32)
-		return _mm256_loadu_ps((const float *)base + i);
-	__m128i h = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)base + i));
-	if (dt == KDT_F16)
-		return _mm256_cvtph_ps(h);
-	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-AI float hsum8(__m256 v)
-{
-	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-	a = _mm_add_ss(a, _mm_movehdup_ps(a));
-	return _mm_cvtss_f32(a);
-}
-
 /* r[j] = sum of the 8 lanes of v[j], j < 8 (hadd tree, then the two
  * 128-bit halves). */
 AI __m256 hsum8x8(const __m256 *v)
@@ -48,12 +29,12 @@ AI float dot_kv(const kdtype dt, const float *q, const void *k, size_t k0, int h
 	__m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
 	int c = 0;
 	for (; c + 16 <= hd; c += 16) {
-		d0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), ldkv8(dt, k, k0 + (size_t)c), d0);
-		d1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8), ldkv8(dt, k, k0 + (size_t)c + 8), d1);
+		d0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), ld8(dt, k, k0 + (size_t)c), d0);
+		d1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8), ld8(dt, k, k0 + (size_t)c + 8), d1);
 	}
 	for (; c + 8 <= hd; c += 8)
-		d0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), ldkv8(dt, k, k0 + (size_t)c), d0);
-	float s = hsum8(_mm256_add_ps(d0, d1));
+		d0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), ld8(dt, k, k0 + (size_t)c), d0);
+	float s = hsum(_mm256_add_ps(d0, d1));
 	for (; c < hd; c++)
 		s += q[c] * k_load(dt, k, k0 + (size_t)c);
 	return s;
@@ -112,7 +93,7 @@ AI void at_run(const at_job *a, int i, const kdtype dt)
 			l += pj;
 			int c = 0;
 			for (; c + 8 <= hd; c += 8)
-				_mm256_storeu_ps(acc + c, _mm256_fmadd_ps(pv, ldkv8(dt, a->v, vr + (size_t)c), _mm256_loadu_ps(acc + c)));
+				_mm256_storeu_ps(acc + c, _mm256_fmadd_ps(pv, ld8(dt, a->v, vr + (size_t)c), _mm256_loadu_ps(acc + c)));
 			for (; c < hd; c++)
 				acc[c] += pj * k_load(dt, a->v, vr + (size_t)c);
 		}
@@ -186,7 +167,7 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 				const size_t kc = kvb + (size_t)j0 * kstride + 8 * (size_t)c;
 #pragma GCC unroll 8
 				for (int jj = 0; jj < DA_BLOCK; jj++)
-					d[jj] = _mm256_fmadd_ps(qc, ldkv8(dt, a->k, kc + (size_t)(jj < nb ? jj : 0) * kstride), d[jj]);
+					d[jj] = _mm256_fmadd_ps(qc, ld8(dt, a->k, kc + (size_t)(jj < nb ? jj : 0) * kstride), d[jj]);
 			}
 			_mm256_store_ps(sc, _mm256_mul_ps(hsum8x8(d), _mm256_set1_ps(a->scale)));
 			float bm = -INFINITY;
@@ -219,7 +200,7 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 			const size_t vr = kvb + (size_t)(j0 + jj) * kstride;
 #pragma GCC unroll 8
 			for (int c = 0; c < nv; c++) {
-				__m256 vv = ldkv8(dt, a->v, vr + 8 * (size_t)c);
+				__m256 vv = ld8(dt, a->v, vr + 8 * (size_t)c);
 				for (int g = 0; g < G; g++) {
 					float *ag = acc + ((size_t)g * (size_t)nv + (size_t)c) * 8;
 					_mm256_store_ps(ag, _mm256_fmadd_ps(_mm256_set1_ps(pr[g * DA_BLOCK + jj]), vv, _mm256_load_ps(ag)));

@@ -17,17 +17,6 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* 16 cache values from element i (lanes outside mk read nothing and are 0). */
-AI __m512 ldkv(const kdtype dt, const void *base, size_t i, __mmask16 mk)
-{
-	if (dt == KDT_F32)
-		return _mm512_maskz_loadu_ps(mk, (const float *)base + i);
-	__m256i h = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)base + i);
-	if (dt == KDT_F16)
-		return _mm512_cvtph_ps(h);
-	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 AI __mmask16 tail_mask(int left)
 {
 	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
@@ -89,7 +78,7 @@ AI void at_run(const at_job *a, int i, const kdtype dt)
 			__m512 d = _mm512_setzero_ps();
 			for (int c = 0; c < nv; c++) {
 				__mmask16 mk = c == nv - 1 ? tail : 0xffff;
-				d = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + 16 * c), ldkv(dt, a->k, kr + 16 * (size_t)c, mk), d);
+				d = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + 16 * c), ld16(dt, a->k, kr + 16 * (size_t)c, mk), d);
 			}
 			float s = _mm512_reduce_add_ps(d) * a->scale;
 			if (a->softcap > 0.0f)
@@ -115,7 +104,7 @@ AI void at_run(const at_job *a, int i, const kdtype dt)
 			__m512 pj = _mm512_set1_ps(sc[jj]);
 			for (int c = 0; c < nv; c++) {
 				__mmask16 mk = c == nv - 1 ? tail : 0xffff;
-				_mm512_store_ps(acc + 16 * c, _mm512_fmadd_ps(pj, ldkv(dt, a->v, vr + 16 * (size_t)c, mk),
+				_mm512_store_ps(acc + 16 * c, _mm512_fmadd_ps(pj, ld16(dt, a->v, vr + 16 * (size_t)c, mk),
 									      _mm512_load_ps(acc + 16 * c)));
 			}
 		}
@@ -203,7 +192,7 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 				const size_t kc = kvb + (size_t)j0 * kstride + 16 * (size_t)c;
 #pragma GCC unroll 16
 				for (int jj = 0; jj < DA_BLOCK; jj++)
-					d[jj] = _mm512_fmadd_ps(qc, ldkv(dt, a->k, kc + (size_t)jj * kstride, jj < nb ? mk : 0),
+					d[jj] = _mm512_fmadd_ps(qc, ld16(dt, a->k, kc + (size_t)jj * kstride, jj < nb ? mk : 0),
 								d[jj]);
 			}
 			__m512 sv = _mm512_mul_ps(hsum16x16(d), _mm512_set1_ps(a->scale));
@@ -234,7 +223,7 @@ AI void da_run(const da_job *a, int kh, int s, const kdtype dt, const int G, con
 #pragma GCC unroll 8
 			for (int c = 0; c < nv; c++) {
 				__mmask16 mk = c == nv - 1 ? tail : 0xffff;
-				__m512 vv = ldkv(dt, a->v, vr + 16 * (size_t)c, mk);
+				__m512 vv = ld16(dt, a->v, vr + 16 * (size_t)c, mk);
 				for (int g = 0; g < G; g++) {
 					float *ag = acc + ((size_t)g * (size_t)nv + (size_t)c) * 16;
 					_mm512_store_ps(ag, _mm512_fmadd_ps(_mm512_set1_ps(pr[g * DA_BLOCK + jj]), vv, _mm512_load_ps(ag)));

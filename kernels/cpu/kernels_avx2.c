@@ -42,26 +42,6 @@ AI float ld1(kdtype dt, const void *p, size_t i)
 	return ld_sb(dt, p, i);
 }
 
-/* 8 dense elements of type dt at element index i. */
-AI __m256 ld8(kdtype dt, const void *p, size_t i)
-{
-	const uint8_t *b = p;
-	if (dt == KDT_F32)
-		return _mm256_loadu_ps((const float *)(b + 4 * i));
-	__m128i h = _mm_loadu_si128((const __m128i *)(b + 2 * i));
-	if (dt == KDT_F16)
-		return _mm256_cvtph_ps(h);
-	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-AI float hsum(__m256 v)
-{
-	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-	a = _mm_add_ss(a, _mm_movehdup_ps(a));
-	return _mm_cvtss_f32(a);
-}
-
 /* ---- code unpacking ----------------------------------------------------- */
 
 typedef struct {

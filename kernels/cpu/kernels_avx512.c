@@ -58,18 +58,6 @@ AI float ld_sb(kdtype dt, const uint8_t *p, size_t i)
 	return f;
 }
 
-/* 16 dense elements of type dt from p (element index i), masked to `mask`. */
-AI __m512 ld16(kdtype dt, const void *p, size_t i, __mmask16 mask)
-{
-	const uint8_t *b = p;
-	if (dt == KDT_F32)
-		return _mm512_maskz_loadu_ps(mask, b + 4 * i);
-	__m256i h = _mm256_maskz_loadu_epi16(mask, b + 2 * i);
-	if (dt == KDT_F16)
-		return _mm512_cvtph_ps(h);
-	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 /* ---- code unpacking ----------------------------------------------------- */
 
 typedef struct {
