@@ -203,45 +203,34 @@ static int seal_shard(const st_set *st, int shard, int *out, char *err, size_t e
 	return 0;
 }
 
-/* The small files the worker needs (common/modelfiles.h: the same names,
- * limits and messages as mf_read). They are opened here and copied into
+/* The small files the worker needs (common/modelfiles.h: mf_specs, the
+ * table mf_read uses). They are opened here and copied into
  * the manifest by the kernel (sendfile: page cache to memfd), never
  * through a buffer of the broker's: reading tokenizer.json into memory and
  * writing it into the memfd cost 4-5 ms for 3.5 MB, sendfile 1.5 ms, less
  * than the in-process path's own read. */
-static const struct {
-	const char *name;
-	size_t cap;
-	int required;
-} small_files[4] = {
-	{ "tokenizer.json", MF_TOKENIZER_MAX, 1 },
-	{ "tokenizer_config.json", MF_TOKCONFIG_MAX, 0 },
-	{ "generation_config.json", MF_GENCONFIG_MAX, 0 },
-	{ "chat_template.jinja", MF_TEMPLATE_MAX, 0 },
-};
-
 typedef struct {
-	int fd[4];     /* -1: absent */
-	size_t n[4];   /* size at open */
+	int fd[MF_COUNT];     /* -1: absent */
+	size_t n[MF_COUNT];   /* size at open */
 } small_set;
 
 static void small_close(small_set *sm)
 {
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < MF_COUNT; i++)
 		if (sm->fd[i] >= 0)
 			close(sm->fd[i]);
 }
 
 static int small_open(const char *dir, small_set *sm, char *err, size_t errlen)
 {
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < MF_COUNT; i++) {
 		sm->fd[i] = -1;
 		sm->n[i] = 0;
 	}
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < MF_COUNT; i++) {
 		char path[4096];
 		struct stat st;
-		snprintf(path, sizeof(path), "%s/%s", dir, small_files[i].name);
+		snprintf(path, sizeof(path), "%s/%s", dir, mf_specs[i].name);
 		/* O_NONBLOCK: a FIFO in its place does not hang the broker
 		 * (it is then refused as not a regular file) */
 		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -250,16 +239,14 @@ static int small_open(const char *dir, small_set *sm, char *err, size_t errlen)
 			fd = -1;
 		}
 		if (fd < 0) {
-			if (!small_files[i].required)
+			if (!mf_specs[i].required)
 				continue;
-			snprintf(err, errlen, "%s: missing or unreadable", small_files[i].name);
+			snprintf(err, errlen, "%s: missing or unreadable", mf_specs[i].name);
 			goto fail;
 		}
 		sm->fd[i] = fd;
-		if ((uint64_t)st.st_size > small_files[i].cap) {
-			size_t cap = small_files[i].cap;
-			snprintf(err, errlen, "%s: larger than %zu %s", small_files[i].name,
-				 cap >> 20 ? cap >> 20 : cap >> 10, cap >> 20 ? "MB" : "KB");
+		if ((uint64_t)st.st_size > mf_specs[i].cap) {
+			mf_too_large(&mf_specs[i], err, errlen);
 			goto fail;
 		}
 		sm->n[i] = (size_t)st.st_size;
@@ -322,7 +309,7 @@ static int build_manifest(wclient *c, const char *dir, wc_error *e)
 	int wr = c->manifest < 0 || ipc_write_all(c->manifest, b.buf, b.len);
 	size_t at = b.len;
 	ipc_blob_free(&b);
-	for (int i = 0; !wr && i < 4; i++) {
+	for (int i = 0; !wr && i < MF_COUNT; i++) {
 		uint8_t hdr[8];
 		ipc_wr w;
 		ipc_wr_init(&w, hdr, sizeof(hdr));
@@ -334,7 +321,7 @@ static int build_manifest(wclient *c, const char *dir, wc_error *e)
 			c->json_off[i] = at;
 			c->json_len[i] = sm.n[i];
 		}
-		if (!wr && sm.fd[i] >= 0 && copy_in(c->manifest, sm.fd[i], sm.n[i], small_files[i].name, err, sizeof(err))) {
+		if (!wr && sm.fd[i] >= 0 && copy_in(c->manifest, sm.fd[i], sm.n[i], mf_specs[i].name, err, sizeof(err))) {
 			set_err(e, WC_ERR_MODEL, "%s", err);
 			goto out;
 		}

@@ -23,32 +23,35 @@ int mf_read_file(const char *path, size_t cap, char **out, size_t *len)
 	return 0;
 }
 
+const mf_spec mf_specs[MF_COUNT] = {
+	{ "tokenizer.json", MF_TOKENIZER_MAX, 1 },
+	{ "tokenizer_config.json", MF_TOKCONFIG_MAX, 0 },
+	{ "generation_config.json", MF_GENCONFIG_MAX, 0 },
+	{ "chat_template.jinja", MF_TEMPLATE_MAX, 0 },
+};
+
+void mf_too_large(const mf_spec *s, char *err, size_t errlen)
+{
+	int mb = (s->cap >> 20) != 0;
+	snprintf(err, errlen, "%s: larger than %zu %s", s->name, mb ? s->cap >> 20 : s->cap >> 10, mb ? "MB" : "KB");
+}
+
 int mf_read(const char *dir, mf_files *f, char *err, size_t errlen)
 {
-	static const struct {
-		const char *name;
-		size_t cap;
-		int required;
-	} files[4] = {
-		{ "tokenizer.json", MF_TOKENIZER_MAX, 1 },
-		{ "tokenizer_config.json", MF_TOKCONFIG_MAX, 0 },
-		{ "generation_config.json", MF_GENCONFIG_MAX, 0 },
-		{ "chat_template.jinja", MF_TEMPLATE_MAX, 0 },
-	};
-	mf_buf *dst[4] = { &f->tokenizer, &f->tok_config, &f->gen_config, &f->chat_template };
+	mf_buf *dst[MF_COUNT] = { &f->tokenizer, &f->tok_config, &f->gen_config, &f->chat_template };
 	memset(f, 0, sizeof(*f));
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < MF_COUNT; i++) {
 		size_t n = 0;
 		char path[4096];
-		snprintf(path, sizeof(path), "%s/%s", dir, files[i].name);
-		int r = mf_read_file(path, files[i].cap, &f->owned[i], &n);
+		snprintf(path, sizeof(path), "%s/%s", dir, mf_specs[i].name);
+		int r = mf_read_file(path, mf_specs[i].cap, &f->owned[i], &n);
 		if (r < 0) {
-			snprintf(err, errlen, "%s: larger than %zu MB", files[i].name, files[i].cap >> 20);
+			mf_too_large(&mf_specs[i], err, errlen);
 			mf_free(f);
 			return -1;
 		}
-		if (r == 1 && files[i].required) {
-			snprintf(err, errlen, "%s: missing or unreadable", files[i].name);
+		if (r == 1 && mf_specs[i].required) {
+			snprintf(err, errlen, "%s: missing or unreadable", mf_specs[i].name);
 			mf_free(f);
 			return -1;
 		}
@@ -62,7 +65,7 @@ int mf_read(const char *dir, mf_files *f, char *err, size_t errlen)
 
 void mf_free(mf_files *f)
 {
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < MF_COUNT; i++)
 		free(f->owned[i]);
 	memset(f, 0, sizeof(*f));
 }

@@ -17,6 +17,19 @@
 #define MF_GENCONFIG_MAX ((size_t)1 << 20)
 #define MF_TEMPLATE_MAX ((size_t)256 << 10)
 
+/* The files, in mf_files order: name, size limit, required. The broker's
+ * manifest builder (broker/wclient.c) and mf_read share this table. */
+typedef struct {
+	const char *name;
+	size_t cap;
+	int required;
+} mf_spec;
+#define MF_COUNT 4
+extern const mf_spec mf_specs[MF_COUNT];
+
+/* err = "NAME: larger than N MB" (or "N KB" under a megabyte). */
+void mf_too_large(const mf_spec *s, char *err, size_t errlen);
+
 typedef struct {
 	const char *p; /* NULL when the file is absent */
 	size_t n;
@@ -24,7 +37,7 @@ typedef struct {
 
 typedef struct {
 	mf_buf tokenizer, tok_config, gen_config, chat_template;
-	char *owned[4]; /* what mf_read allocated */
+	char *owned[MF_COUNT]; /* what mf_read allocated */
 } mf_files;
 
 /* Reads a whole file of at most cap bytes into a malloc'd, NUL-terminated
