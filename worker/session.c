@@ -46,7 +46,7 @@ int session_init(session *s, const mf_files *f, int ctx, char *err, size_t errle
 	if (kpool_threads() <= 1)
 		kpool_init(0); /* all online CPUs, or MLXR_THREADS */
 	if (!f->tokenizer.p || tok_load(&s->tok, f->tokenizer.p, f->tokenizer.n, terr, sizeof(terr))) {
-		snprintf(err, errlen, "tokenizer.json: %s", f->tokenizer.p ? terr : "missing");
+		snprintf(err, errlen, "%s", f->tokenizer.p ? terr : "tokenizer.json: missing"); /* terr names the file */
 		goto fail;
 	}
 	if (tok_vocab_size(s->tok) > c->vocab) {

@@ -562,7 +562,7 @@ int tok_load(tokenizer **out, const char *json, size_t len, char *err, size_t er
 	if (len > TOK_MAX_JSON)
 		return errf(err, errlen, "larger than %zu bytes", TOK_MAX_JSON);
 	if (json_parse(json, len, &doc, jerr, sizeof(jerr)))
-		return errf(err, errlen, "invalid JSON: %s", jerr);
+		return errf(err, errlen, "not valid JSON (%s)", jerr);
 	t = calloc(1, sizeof(*t));
 	if (!t) { errf(err, errlen, "out of memory"); goto fail; }
 	const json_value *root = doc.root;

@@ -203,15 +203,19 @@ def run_copy(smol, tmp_path, change):
                           timeout=60)
 
 
-def test_the_broker_refuses_a_tokenizer_that_is_not_json(smol, tmp_path):
-    """The worker starts, and gets the sealed manifest, while the broker is
-    still checking the manifest's JSON; a file that fails the check is
-    refused by the broker all the same (its message, exit 1, no answer)."""
+def test_a_tokenizer_or_config_that_is_not_json_is_refused(smol, tmp_path):
+    """tokenizer.json is parsed only by the worker, in its sandbox (the
+    broker never reads it); the small JSON files are checked by the broker
+    while the worker loads. Either way the model is refused with the file's
+    name and the reason, exit 1, no answer."""
     r = run_copy(smol, tmp_path, lambda d: (d / "tokenizer.json").write_text('{"model": {"vocab": {"a": 0,}}}'))
     assert r.returncode == 1 and not r.stdout
-    assert "tokenizer.json: not valid JSON" in r.stderr, r.stderr
+    assert "tokenizer.json: not valid JSON (offset 28: expected object key)" in r.stderr, r.stderr
     r = run_copy(smol, tmp_path / "2", lambda d: (d / "generation_config.json").write_text('{"eos_token_id": 2'))
     assert r.returncode == 1 and "generation_config.json: not valid JSON" in r.stderr, r.stderr
+    r = run_copy(smol, tmp_path / "3", lambda d: (d / "tokenizer_config.json").write_text('{"chat_template": "x" "y"}'))
+    assert r.returncode == 1 and not r.stdout
+    assert "tokenizer_config.json: not valid JSON" in r.stderr, r.stderr
 
 
 def test_the_broker_refuses_missing_and_oversized_small_files(smol, tmp_path):
