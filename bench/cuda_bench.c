@@ -18,6 +18,10 @@
  *                              (ncu --profile-from-start off), no timings;
  *                              prof4k: the step at 4K context
  *   MV_ONLY=i                  only row i of the matvec table
+ *   build/cuda-bench gemm ...  instead of the matvec table: the prefill
+ *                              GEMM alone at the 8B shapes (SIMT and
+ *                              tensor cores, n = 512 and 4096) and the
+ *                              prefill attention alone (n = 512, 4096)
  */
 #include <math.h>
 #include <stdio.h>
@@ -267,6 +271,107 @@ static void bench_matvec(double bw)
 	}
 }
 
+static double time_once(int a, int b)
+{
+	double t = kc_timer_elapsed(a, b);
+	if (t <= 0 || kc_sync())
+		die("timing");
+	return t;
+}
+
+/* The prefill GEMM alone at the Llama-3.1-8B shapes (q4 g64 f16) for n
+ * tokens, SIMT (kc_gemm_impl(1)) and tensor cores: median of 3 calls
+ * (the SIMT kernel once at n = 4096: seconds); TF/s counts 2 rows cols n
+ * (the useful work: the tensor-core kernel issues twice that, hi + lo). */
+static void bench_gemm(const int *ns, int nn)
+{
+	static const struct {
+		const char *name;
+		int count, cols, rows[3], glu;
+	} ms[] = {
+		{"qkv 3x(4096|1024|1024)x4096", 3, 4096, {4096, 1024, 1024}, 0},
+		{"o 4096x4096", 1, 4096, {4096, 0, 0}, 0},
+		{"gate/up+GLU 2x14336x4096", 2, 4096, {14336, 14336, 0}, 1},
+		{"down 4096x14336", 1, 14336, {4096, 0, 0}, 0},
+	};
+	for (int ni = 0; ni < nn; ni++) {
+		int n = ns[ni];
+		printf("\n%-22s n=%-5d %9s %6s %9s %6s\n", "gemm 8B q4g64", n, "simt us", "TF/s", "tc us", "TF/s");
+		double tot[2] = {0, 0};
+		for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
+			kq_matrix mats[3];
+			int outs = 0;
+			for (int i = 0; i < ms[k].count; i++) {
+				float sc = 3.4f / 15.0f / sqrtf((float)ms[k].cols);
+				if (kc_matrix_random(&mats[i], ms[k].rows[i], ms[k].cols, 4, 64, KDT_F16, 0.5f * sc, 1.5f * sc,
+						     99 + i))
+					die("matrix");
+				outs += ms[k].rows[i];
+			}
+			float *x = kc_malloc((size_t)n * ms[k].cols * 4), *y[3];
+			if (!x || kc_fill_uniform(x, (size_t)n * ms[k].cols, -1, 1, 7))
+				die("x");
+			for (int i = 0; i < ms[k].count; i++)
+				if (!(y[i] = kc_malloc((size_t)n * ms[k].rows[i] * 4)))
+					die("y");
+			const kq_matrix *mp[3] = {&mats[0], &mats[1], &mats[2]};
+			double us[2];
+			for (int impl = 1; impl >= 0; impl--) {
+				kc_gemm_impl(impl);
+				int reps = impl && n > 1024 ? 1 : 3;
+				double ts[3];
+				for (int r = 0; r < reps; r++) {
+					kc_timer_mark(4);
+					if (ms[k].glu ? kc_linear_glu(mp[0], mp[1], x, n, 0, y[0], y[1])
+						      : kc_linear_multi(ms[k].count, mp, x, n, NULL, y))
+						die("gemm");
+					kc_timer_mark(5);
+					ts[r] = time_once(4, 5);
+				}
+				qsort(ts, (size_t)reps, sizeof(double), cmp_d);
+				us[impl] = ts[reps / 2] * 1e6;
+			}
+			kc_gemm_impl(0);
+			double fl = 2.0 * outs * ms[k].cols * (double)n;
+			printf("%-28s %9.0f %6.1f %9.0f %6.1f\n", ms[k].name, us[1], fl / us[1] * 1e-6, us[0], fl / us[0] * 1e-6);
+			tot[0] += us[0];
+			tot[1] += us[1];
+			for (int i = 0; i < ms[k].count; i++) {
+				kc_matrix_free(&mats[i]);
+				kc_free(y[i]);
+			}
+			kc_free(x);
+		}
+		printf("%-28s %9.0f %6s %9.0f   (one layer; x32 layers = %.1f ms tc)\n", "sum", tot[1], "", tot[0],
+		       tot[0] * 32 / 1e3);
+	}
+	/* prefill attention of n queries from position 0, 8B heads */
+	printf("\n%-28s %9s %9s %8s\n", "attention 8B (32/8 x 128)", "n", "us", "TF/s");
+	for (int ni = 0; ni < nn; ni++) {
+		int n = ns[ni], nh = 32, nkv = 8, hd = 128, pos = 0;
+		size_t qn = (size_t)n * nh * hd, cn = (size_t)n * nkv * hd, scb = kc_attention_scratch(n, nh, hd, n);
+		float *q = kc_malloc(qn * 4), *k = kc_malloc(cn * 4), *v = kc_malloc(cn * 4), *o = kc_malloc(qn * 4);
+		int *dpos = kc_malloc(sizeof(int));
+		void *sc = kc_malloc(scb);
+		if (!q || !k || !v || !o || !dpos || !sc || kc_fill_uniform(q, qn, -1, 1, 1) ||
+		    kc_fill_uniform(k, cn, -1, 1, 2) || kc_fill_uniform(v, cn, -1, 1, 3) || kc_upload(dpos, &pos, sizeof(int)))
+			die("attention buffers");
+		double ts[3];
+		for (int r = 0; r < 3; r++) {
+			kc_timer_mark(4);
+			if (kc_attention(q, k, v, o, n, dpos, nh, nkv, hd, 0.088f, 0, 0.0f, n, sc))
+				die("attention");
+			kc_timer_mark(5);
+			ts[r] = time_once(4, 5);
+		}
+		qsort(ts, 3, sizeof(double), cmp_d);
+		double fl = 4.0 * nh * hd * (double)n * n / 2;
+		printf("%-28s %9d %9.0f %8.2f   (x32 layers = %.1f ms)\n", "", n, ts[1] * 1e6, fl / ts[1] * 1e-12,
+		       ts[1] * 32 * 1e3);
+		kc_free(q); kc_free(k); kc_free(v); kc_free(o); kc_free(dpos); kc_free(sc);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (kc_device_count() < 1) {
@@ -284,15 +389,21 @@ int main(int argc, char **argv)
 	printf("device: %s; measured read bandwidth %.0f GB/s (4 GiB reduction, median of 7)\n", dev, bw / 1e9);
 	/* "mv": the matvec table alone; otherwise it comes first, then the
 	 * models named (all three when none is) */
-	int nmodels = 0, mv_only = 0;
+	int nmodels = 0, mv_only = 0, gemm = 0;
 	for (int i = 1; i < argc; i++) {
 		mv_only |= !strcmp(argv[i], "mv");
+		gemm |= !strcmp(argv[i], "gemm");
 		g_prof = !strcmp(argv[i], "prof") ? 1 : !strcmp(argv[i], "prof4k") ? 2 : g_prof;
-		nmodels += strcmp(argv[i], "mv") && strcmp(argv[i], "prof") && strcmp(argv[i], "prof4k");
+		nmodels += strcmp(argv[i], "mv") && strcmp(argv[i], "prof") && strcmp(argv[i], "prof4k") &&
+			   strcmp(argv[i], "gemm");
 	}
-	if (!g_prof)
+	if (gemm) {
+		static const int ns[2] = {512, 4096};
+		bench_gemm(ns, 2);
+	} else if (!g_prof) {
 		bench_matvec(bw);
-	if (mv_only && !nmodels)
+	}
+	if ((mv_only || gemm) && !nmodels)
 		return 0;
 	result res[3];
 	int done[3] = {0, 0, 0};

@@ -210,6 +210,12 @@ int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch)
 		gpu_state_free(s);
 		return -1;
 	}
+	/* the prefill GEMM's split input, at its largest (down: inter columns) */
+	size_t widest = wide > (size_t)c->inter ? wide : (size_t)c->inter;
+	if (max_batch > 1 && kc_linear_reserve(max_batch, (int)widest)) {
+		gpu_state_free(s);
+		return -1;
+	}
 	gpu_state_reset(s);
 	return kc_sync();
 }

@@ -1012,6 +1012,358 @@ __global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sc, con
 	}
 }
 
+/* ---- prefill: the quantized GEMM on the tensor cores ----
+ * Y[n][rows] = X[n][cols] W^T on mma.sync.m16n8k16 (f16 in, f32
+ * accumulate), as exact as the decode matvec (kernel tests at TOL_LINEAR
+ * 1e-5, f32-class):
+ * - k_xsplit writes X once per call (shared by q/k/v and gate/up) as f16
+ *   hi + lo of x' = x * 2^e, e per token so that max |x'| is in [2^13,
+ *   2^14) (no f16 overflow whatever x holds; 22 significant bits), plus
+ *   the f32 sum of x' per (group, token) and 2^-e per token.
+ * - A (weights): code c as the f16 integer c, exact for any bits <= 10:
+ *   one shift and one LOP3 put a pair of codes into the mantissas of
+ *   1024.0 (1024 + c), one HSUB2 takes 1024 away. Each weight tile is
+ *   dequantized once per block into shared memory (each thread its own
+ *   row) and read by every warp of the block with ldmatrix.
+ * - Per group, P = sum c x' on the tensor cores (exact products, f32
+ *   sums); at the group's last k step acc += s P + b sum(x') in f32, so
+ *   scales and biases never pass through f16. At the end y = 2^-e acc +
+ *   bias.
+ * - Columns are permuted within blocks of 16 (tg_perm) so that a pair of
+ *   codes for one f16x2 register comes out of a packed word with a single
+ *   shift and mask (4 bits: codes t and t+4 of a word; 8 bits: t, t+2;
+ *   2 bits: t, t+8); k_xsplit writes X in the same order, and a dot
+ *   product does not depend on the order of its terms. 3, 5, 6 bits keep
+ *   the natural order (codes extracted one by one).
+ * Tiles: a block of TG_THREADS (4 warps, 2 x 2) owns TG_BM weight rows x
+ * TG_BN tokens (warp tile 64 x 32: 4 x 4 mma tiles; P and acc take 128
+ * registers, so 2 blocks per SM); k steps of TG_BK = 32 columns (a step
+ * never straddles a group). Codes and X hi/lo go through a TG_STAGES-deep
+ * cp.async ring; step k+1's codes are dequantized into the other A buffer
+ * before step k's mmas, so one barrier per step suffices. The grid runs
+ * token tiles fastest: the blocks that share a weight tile run together
+ * and the weights are read from memory about once. */
+#define TG_BM 128
+#define TG_BN 64
+#define TG_BK 32
+#define TG_STAGES 4
+#define TG_THREADS 128
+#define TG_LD 40 /* halves per staged row: 80 B apart, so ldmatrix's 8 rows hit distinct banks */
+
+static __host__ __device__ constexpr int tg_stage_bytes(int bits) { return TG_BM * 4 * bits + 2 * TG_BN * TG_LD * 2; }
+static __host__ __device__ constexpr int tg_smem(int bits) { return TG_STAGES * tg_stage_bytes(bits) + 2 * TG_BM * TG_LD * 2; }
+
+/* Position q (0..15) of a block of 16 staged columns holds column
+ * tg_perm(bits, q) of that block (see above). */
+static __host__ __device__ __forceinline__ int tg_perm(int bits, int q)
+{
+	if (bits == 4)
+		return (q & 8) | ((q & 7) >> 1) | ((q & 1) << 2);
+	if (bits == 8)
+		return (q & 12) | ((q & 3) >> 1) | ((q & 1) << 1);
+	if (bits == 2)
+		return (q >> 1) | ((q & 1) << 3);
+	return q;
+}
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+template <int B>
+static __device__ __forceinline__ void cp_async(uint32_t dst, const void *src)
+{
+	if (B == 16)
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+	else
+		asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(B));
+}
+static __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+static __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+static __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(addr));
+}
+
+/* d += a b (not volatile: the scheduler may move it); tg_mma_z: d = a b */
+static __device__ __forceinline__ void tg_mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%0,%1,%2,%3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ __forceinline__ void tg_mma_z(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%10,%10,%10,%10};\n"
+	    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+}
+
+static __device__ __forceinline__ uint32_t tg_int_pair(uint32_t v) /* (1024 + c) pair -> c pair */
+{
+	__half2 h = *reinterpret_cast<__half2 *>(&v);
+	h = __hsub2(h, __float2half2_rn(1024.0f));
+	return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/* One row's 32 codes of a k step (4*BITS bytes of shared memory) to 32
+ * f16 integers in staged order (tg_perm). */
+template <int BITS>
+static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *dst)
+{
+	const uint32_t M = 0x64006400u;
+	uint32_t w[BITS], o[16];
+	if (BITS % 4 == 0) {
+#pragma unroll
+		for (int i = 0; i < BITS; i += 4) {
+			uint4 v = *(const uint4 *)(src + 4 * i);
+			w[i] = v.x; w[i + 1] = v.y; w[i + 2] = v.z; w[i + 3] = v.w;
+		}
+	} else if (BITS % 2 == 0) {
+#pragma unroll
+		for (int i = 0; i < BITS; i += 2) {
+			uint2 v = *(const uint2 *)(src + 4 * i);
+			w[i] = v.x; w[i + 1] = v.y;
+		}
+	} else {
+#pragma unroll
+		for (int i = 0; i < BITS; i++)
+			w[i] = *(const uint32_t *)(src + 4 * i);
+	}
+	if (BITS == 4) {
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int t = 0; t < 4; t++)
+				o[4 * j + t] = ((w[j] >> (4 * t)) & 0x000F000Fu) | M;
+	} else if (BITS == 8) {
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+#pragma unroll
+			for (int t = 0; t < 2; t++)
+				o[2 * j + t] = ((w[j] >> (8 * t)) & 0x00FF00FFu) | M;
+	} else if (BITS == 2) {
+#pragma unroll
+		for (int j = 0; j < 2; j++)
+#pragma unroll
+			for (int t = 0; t < 8; t++)
+				o[8 * j + t] = ((w[j] >> (2 * t)) & 0x00030003u) | M;
+	} else {
+#pragma unroll
+		for (int t = 0; t < 16; t++)
+			o[t] = code_in_pack<BITS>(w, 2 * t) | (code_in_pack<BITS>(w, 2 * t + 1) << 16) | M;
+	}
+#pragma unroll
+	for (int t = 0; t < 16; t++)
+		o[t] = tg_int_pair(o[t]);
+#pragma unroll
+	for (int t = 0; t < 16; t += 4)
+		*(uint4 *)(dst + 2 * t) = make_uint4(o[t], o[t + 1], o[t + 2], o[t + 3]);
+}
+
+/* One block per token: x' = x 2^e, hi/lo in staged order, group sums. */
+__global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int n, int cols, int group, int bits,
+						 __half *xh, __half *xl, float *xsum, float *inv)
+{
+	__shared__ float sh[32];
+	const int t = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	const float *x = X + (size_t)t * cols;
+	float mx = 0.0f;
+	for (int j = threadIdx.x; j < cols; j += blockDim.x)
+		mx = fmaxf(mx, fabsf(x[j]));
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+	if (lane == 0)
+		sh[wid] = mx;
+	__syncthreads();
+	mx = 0.0f;
+	for (int w = 0; w < nw; w++)
+		mx = fmaxf(mx, sh[w]);
+	/* scale 2^(140 - E): max |x'| in [2^13, 2^14); scale and 1/scale normal */
+	int se = 267 - (int)((__float_as_uint(mx) >> 23) & 0xff);
+	se = se < 1 ? 1 : se > 253 ? 253 : se;
+	const float sc = __uint_as_float((uint32_t)se << 23);
+	if (threadIdx.x == 0)
+		inv[t] = __uint_as_float((uint32_t)(254 - se) << 23);
+	const int ng = cols / group;
+	__half *hp = xh + (size_t)t * cols, *lp = xl + (size_t)t * cols;
+	for (int gi = wid; gi < ng; gi += nw) {
+		float s = 0.0f;
+		for (int i = lane; i < group; i += 32) {
+			const int q = gi * group + i, col = (q & ~15) | tg_perm(bits, q & 15);
+			const float v = x[col] * sc;
+			const __half h = __float2half_rn(v);
+			hp[q] = h;
+			lp[q] = __float2half_rn(v - __half2float(h));
+			s += v;
+		}
+		s = warp_sum(s);
+		if (lane == 0)
+			xsum[(size_t)gi * n + t] = s;
+	}
+}
+
+template <int BITS, class S>
+__global__ void __launch_bounds__(TG_THREADS, 2)
+	k_gemm_tc(const uint8_t *__restrict__ W, const void *__restrict__ SC, const void *__restrict__ BI, int rows,
+		  int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
+		  const float *__restrict__ XS, const float *__restrict__ INV, int n, const float *__restrict__ bias,
+		  float *__restrict__ Y)
+{
+	extern __shared__ __align__(16) uint8_t tsm[];
+	constexpr int CB = 4 * BITS; /* code bytes of one row in one k step */
+	constexpr int STAGE = tg_stage_bytes(BITS);
+	constexpr int U = BITS % 4 == 0 ? 16 : BITS % 2 == 0 ? 8 : 4; /* cp.async size for the codes */
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
+	const int tok0 = blockIdx.x * TG_BN, row0 = blockIdx.y * TG_BM;
+	const int nk = cols / TG_BK, ng = cols / group;
+	__half *As = (__half *)(tsm + TG_STAGES * STAGE); /* [2][TG_BM][TG_LD] */
+	/* rows past the end read the last row, tokens past n the last token;
+	 * neither is stored */
+	const uint8_t *wsrc = W + (size_t)min(row0 + tid, rows - 1) * ((size_t)cols * BITS / 8);
+
+	auto issue = [&](int kt) {
+		uint8_t *st = tsm + (kt % TG_STAGES) * STAGE;
+		const uint8_t *src = wsrc + (size_t)kt * CB;
+		const uint32_t dst = smem_u32(st + tid * CB);
+#pragma unroll
+		for (int u = 0; u < CB / U; u++)
+			cp_async<U>(dst + u * U, src + u * U);
+		__half *xs = (__half *)(st + TG_BM * CB);
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int i = tid + TG_THREADS * u, which = i >> 8, tk = (i >> 2) & (TG_BN - 1), piece = i & 3;
+			const __half *s = (which ? XL : XH) + (size_t)min(tok0 + tk, n - 1) * cols + kt * TG_BK + piece * 8;
+			cp_async<16>(smem_u32(xs + (which * TG_BN + tk) * TG_LD + piece * 8), s);
+		}
+	};
+
+	float acc[4][4][4], P[4][4][4];
+	float sv[4][2], bv[4][2], xv[4][2];
+#pragma unroll
+	for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+		for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[mi][ni][e] = P[mi][ni][e] = 0.0f;
+	auto load_group = [&](int gi) {
+#pragma unroll
+		for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const size_t idx = (size_t)min(row0 + wm * 64 + mi * 16 + g + 8 * h, rows - 1) * ng + gi;
+				sv[mi][h] = S::ld(SC, idx);
+				bv[mi][h] = S::ld(BI, idx);
+			}
+#pragma unroll
+		for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+			for (int e = 0; e < 2; e++)
+				xv[ni][e] = __ldg(XS + (size_t)gi * n + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1));
+	};
+
+#pragma unroll
+	for (int s = 0; s < TG_STAGES - 1; s++) {
+		if (s < nk)
+			issue(s);
+		cp_commit();
+	}
+	load_group(0);
+	cp_wait<TG_STAGES - 2>();
+	tg_dequant<BITS>(tsm + tid * CB, As + tid * TG_LD);
+	__syncthreads();
+	for (int kt = 0; kt < nk; kt++) {
+		/* the stage refilled here was last read before the previous barrier */
+		if (kt + TG_STAGES - 1 < nk)
+			issue(kt + TG_STAGES - 1);
+		cp_commit();
+		cp_wait<TG_STAGES - 2>(); /* this thread's copies of steps <= kt + 1 have landed */
+		if (kt + 1 < nk)      /* own row only: needs no barrier */
+			tg_dequant<BITS>(tsm + ((kt + 1) % TG_STAGES) * STAGE + tid * CB,
+					 As + (((kt + 1) & 1) * TG_BM + tid) * TG_LD);
+		const int k0 = kt * TG_BK;
+		const bool first = k0 % group == 0, last = (k0 + TG_BK) % group == 0;
+		const __half *A = As + (kt & 1) * TG_BM * TG_LD;
+		const __half *XHs = (const __half *)(tsm + (kt % TG_STAGES) * STAGE + TG_BM * CB);
+		const __half *XLs = XHs + TG_BN * TG_LD;
+#pragma unroll
+		for (int kk = 0; kk < TG_BK; kk += 16) {
+			uint32_t a[4][4], bh[4][2], bl[4][2];
+#pragma unroll
+			for (int mi = 0; mi < 4; mi++)
+				ldsm4(a[mi], smem_u32(A + (wm * 64 + mi * 16 + (lane & 15)) * TG_LD + kk + (lane >> 4) * 8));
+#pragma unroll
+			for (int nj = 0; nj < 2; nj++) {
+				const int tk = wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
+				const int kc = kk + ((lane >> 3) & 1) * 8;
+				uint32_t r[4];
+				ldsm4(r, smem_u32(XHs + tk * TG_LD + kc));
+				bh[2 * nj][0] = r[0]; bh[2 * nj][1] = r[1]; bh[2 * nj + 1][0] = r[2]; bh[2 * nj + 1][1] = r[3];
+				ldsm4(r, smem_u32(XLs + tk * TG_LD + kc));
+				bl[2 * nj][0] = r[0]; bl[2 * nj][1] = r[1]; bl[2 * nj + 1][0] = r[2]; bl[2 * nj + 1][1] = r[3];
+			}
+			if (kk == 0 && first) {
+#pragma unroll
+				for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+					for (int ni = 0; ni < 4; ni++) {
+						tg_mma_z(P[mi][ni], a[mi], bh[ni]);
+						tg_mma(P[mi][ni], a[mi], bl[ni]);
+					}
+			} else {
+#pragma unroll
+				for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+					for (int ni = 0; ni < 4; ni++) {
+						tg_mma(P[mi][ni], a[mi], bh[ni]);
+						tg_mma(P[mi][ni], a[mi], bl[ni]);
+					}
+			}
+		}
+		if (last) {
+#pragma unroll
+			for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+				for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						acc[mi][ni][e] = fmaf(sv[mi][e >> 1], P[mi][ni][e],
+								      fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
+			if (kt + 1 < nk)
+				load_group((k0 + TG_BK) / group);
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int tok = tok0 + wn * 32 + ni * 8 + 2 * tig + e;
+			if (tok >= n)
+				continue;
+			const float iv = __ldg(INV + tok);
+			float *yr = Y + (size_t)tok * rows;
+#pragma unroll
+			for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					const int row = row0 + wm * 64 + mi * 16 + g + 8 * h;
+					if (row < rows)
+						yr[row] = fmaf(acc[mi][ni][2 * h + e], iv, bias ? __ldg(bias + row) : 0.0f);
+				}
+		}
+}
+
 template <int BITS, class S>
 static void mv_launch(const mv_args &a, int blocks, const float *x)
 {
@@ -1116,9 +1468,128 @@ static int mq_attr(void)
 	return 0;
 }
 
+/* ---- prefill GEMM: host side ----
+ * The split X (k_xsplit) lives in one process-wide scratch buffer, grown
+ * on demand (kc_linear_reserve sizes it up front, before a sandbox closes
+ * the door on allocations); the stream orders its uses. */
+static void *g_tg_ws;
+static size_t g_tg_ws_bytes;
+static int g_gemm_impl; /* kc_gemm_impl */
+
+struct tg_x {
+	const __half *xh, *xl;
+	const float *xs, *inv;
+	int n, cols, group, bits;
+};
+
+static size_t tg_ws_bytes(int n, int cols, int group)
+{
+	return (size_t)n * cols * 4 + (size_t)n * (cols / group) * 4 + (size_t)n * 4;
+}
+
+static int tg_reserve(size_t bytes)
+{
+	if (bytes <= g_tg_ws_bytes)
+		return 0;
+	CK(cudaStreamSynchronize(g_stream)); /* queued GEMMs may still read the old one */
+	if (g_tg_ws)
+		cudaFree(g_tg_ws);
+	g_tg_ws = NULL;
+	g_tg_ws_bytes = 0;
+	bytes = (bytes + (1 << 20) - 1) & ~(size_t)((1 << 20) - 1);
+	CK(cudaMalloc(&g_tg_ws, bytes));
+	g_tg_ws_bytes = bytes;
+	return 0;
+}
+
+extern "C" int kc_linear_reserve(int n, int cols)
+{
+	if (n < 1 || cols < 32)
+		return 0;
+	return tg_reserve(tg_ws_bytes(n, cols, 32));
+}
+
+extern "C" int kc_gemm_impl(int impl)
+{
+	int old = g_gemm_impl;
+	if (impl >= 0)
+		g_gemm_impl = impl;
+	return old;
+}
+
+/* The tensor-core GEMM takes every quantized matrix (bits 2..8, any group,
+ * any scale dtype) whose codes start 16-byte aligned; dense weights take k_gemm. */
+static int tg_ok(const kq_matrix *m)
+{
+	return g_gemm_impl == 0 && m->bits >= 2 && !((uintptr_t)m->w & 15);
+}
+
+static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *o)
+{
+	if (tg_reserve(tg_ws_bytes(n, cols, group)))
+		return -1;
+	__half *xh = (__half *)g_tg_ws, *xl = xh + (size_t)n * cols;
+	float *xs = (float *)(xl + (size_t)n * cols), *inv = xs + (size_t)n * (cols / group);
+	k_xsplit<<<n, 256, 0, g_stream>>>(x, n, cols, group, bits, xh, xl, xs, inv);
+	LAUNCHED("k_xsplit");
+	*o = {xh, xl, xs, inv, n, cols, group, bits};
+	return 0;
+}
+
+template <int BITS, class S>
+static int tg_launch(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+{
+	dim3 grid((x.n + TG_BN - 1) / TG_BN, (m->rows + TG_BM - 1) / TG_BM);
+	k_gemm_tc<BITS, S><<<grid, TG_THREADS, tg_smem(BITS), g_stream>>>(
+		(const uint8_t *)m->w, m->scales, m->biases, m->rows, m->cols, m->group_size, x.xh, x.xl, x.xs, x.inv,
+		x.n, bias, y);
+	LAUNCHED("k_gemm_tc");
+	return 0;
+}
+
+template <class S>
+static int tg_dispatch(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+{
+	switch (m->bits) {
+	case 2: return tg_launch<2, S>(m, x, bias, y);
+	case 3: return tg_launch<3, S>(m, x, bias, y);
+	case 4: return tg_launch<4, S>(m, x, bias, y);
+	case 5: return tg_launch<5, S>(m, x, bias, y);
+	case 6: return tg_launch<6, S>(m, x, bias, y);
+	case 8: return tg_launch<8, S>(m, x, bias, y);
+	default: snprintf(g_err, sizeof(g_err), "gemm: bits %d unsupported", m->bits); return -1;
+	}
+}
+
+/* m on the split x (same cols, group and bits as the split). */
+static int tg_run(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+{
+	switch (m->sdt) {
+	case KDT_F32: return tg_dispatch<F32>(m, x, bias, y);
+	case KDT_F16: return tg_dispatch<F16>(m, x, bias, y);
+	default: return tg_dispatch<BF16>(m, x, bias, y);
+	}
+}
+
+/* More than the default 48 KB of shared memory. */
+template <class S>
+static int tg_attr(void)
+{
+	CK(cudaFuncSetAttribute(k_gemm_tc<2, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(2)));
+	CK(cudaFuncSetAttribute(k_gemm_tc<3, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(3)));
+	CK(cudaFuncSetAttribute(k_gemm_tc<4, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(4)));
+	CK(cudaFuncSetAttribute(k_gemm_tc<5, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(5)));
+	CK(cudaFuncSetAttribute(k_gemm_tc<6, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(6)));
+	CK(cudaFuncSetAttribute(k_gemm_tc<8, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(8)));
+	return 0;
+}
+
 static int mq_init(void)
 {
-	return mq_attr<F32>() || mq_attr<F16>() || mq_attr<BF16>() ? -1 : 0;
+	return mq_attr<F32>() || mq_attr<F16>() || mq_attr<BF16>() || tg_attr<F32>() || tg_attr<F16>() ||
+		       tg_attr<BF16>()
+		   ? -1
+		   : 0;
 }
 
 static int mq_ok(const kq_matrix *m)
@@ -1210,6 +1681,10 @@ extern "C" int kc_linear(const kq_matrix *m, const float *x, int n, const float 
 		LAUNCHED("k_matvec_dense");
 		return 0;
 	}
+	if (tg_ok(m)) {
+		tg_x sx;
+		return tg_split(x, n, m->cols, m->group_size, m->bits, &sx) || tg_run(m, sx, bias, y) ? -1 : 0;
+	}
 	kdtype dt = m->bits ? m->sdt : m->wdt;
 	switch (dt) {
 	case KDT_F32: return gemm_dispatch<F32>(m, x, n, bias, y);
@@ -1233,6 +1708,20 @@ extern "C" int kc_linear_multi(int count, const kq_matrix *const *ms, const floa
 	}
 	if (same)
 		return matvec_fused(count, ms, x, bias, y);
+	int split = n > 1;
+	for (int i = 0; i < count; i++)
+		if (!tg_ok(ms[i]) || ms[i]->bits != ms[0]->bits || ms[i]->cols != ms[0]->cols ||
+		    ms[i]->group_size != ms[0]->group_size)
+			split = 0;
+	if (split) { /* one split of x for all of them */
+		tg_x sx;
+		if (tg_split(x, n, ms[0]->cols, ms[0]->group_size, ms[0]->bits, &sx))
+			return -1;
+		for (int i = 0; i < count; i++)
+			if (tg_run(ms[i], sx, bias ? bias[i] : NULL, y[i]))
+				return -1;
+		return 0;
+	}
 	for (int i = 0; i < count; i++)
 		if (kc_linear(ms[i], x, n, bias ? bias[i] : NULL, y[i]))
 			return -1;

@@ -72,8 +72,17 @@ int kc_fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed);
 
 /* y[n][rows] = x[n][cols] W^T (+ bias[rows]). n == 1 takes the fused
  * matvec; n > 1 the tiled GEMM (each weight tile dequantized once into
- * shared memory and used for many tokens). */
+ * shared memory and used for many tokens): on the tensor cores for every
+ * quantized matrix, the SIMT kernel for dense weights. The tensor-core
+ * GEMM first splits x into a process-wide scratch buffer (grown on demand,
+ * which drains the stream; not inside a graph capture): kc_linear_reserve
+ * sizes it for n tokens of up to cols columns up front. */
 int kc_linear(const kq_matrix *m, const float *x, int n, const float *bias, float *y);
+int kc_linear_reserve(int n, int cols);
+/* Which GEMM n > 1 takes: 0 (default) the tensor-core kernel where it
+ * applies, 1 the SIMT kernel always (tests and benchmarks compare them).
+ * impl < 0 only reads; returns the previous setting; not thread-safe. */
+int kc_gemm_impl(int impl);
 /* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one
  * launch when n == 1 and all have the same cols/bits/group/dtypes;
  * otherwise one kc_linear each. bias[i] and y[i] per matrix. */

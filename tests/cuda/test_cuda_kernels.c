@@ -6,6 +6,12 @@
  * Not part of `make unit-test` (CI has no GPU): `make cuda-test`. Without a
  * device it says so and exits 2 — it never passes without running.
  *
+ * The prefill GEMM (n > 1) runs on the tensor cores for every quantized
+ * matrix (test_gemm: every bits x group x scale dtype, n from 2 to 600,
+ * partial row and token tiles, a zero token and a token whose largest
+ * value overflows f16 unscaled) and on the SIMT kernel for dense weights
+ * and under kc_gemm_impl(1).
+ *
  * Tolerance: normwise ||gpu - ref|| / ||ref|| (f32 on both sides, only the
  * summation order differs):
  *   TOL_LINEAR 1e-5   matvec / GEMM / embed (f32 accumulation over cols)
@@ -216,16 +222,60 @@ static void test_linear(const kernel_table *R, int rows, int cols, int bits, int
 	host_free(&h);
 }
 
-/* q/k/v-style fusion: three matrices sharing x in one launch. */
-static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt)
+/* The prefill GEMM alone: n tokens (n > 1), poisoned output, bias on odd
+ * n. Token 0 is all zeros (output = bias) and token 1 holds one value of
+ * 3e5 (over f16's range unless x is scaled per token) among values of
+ * 1e-3, so the per-token scaling and the hi + lo split are both exercised. */
+static void test_gemm(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int n)
+{
+	char name[96];
+	kq_matrix h = host_matrix(rows, cols, bits, gs, sdt), d;
+	if (kc_matrix_upload(&h, &d))
+		die("matrix upload");
+	float *x = malloc((size_t)n * cols * 4), *bias = malloc((size_t)rows * 4), *ref = malloc((size_t)n * rows * 4);
+	fill(x, (size_t)n * cols, -1, 1);
+	fill(bias, (size_t)rows, -1, 1);
+	memset(x, 0, (size_t)cols * 4);
+	if (n > 2) {
+		fill(x + cols, (size_t)cols, -1e-3f, 1e-3f);
+		x[cols + cols / 3] = 3e5f;
+	}
+	int use_bias = n & 1;
+	R->matmul(&h, x, n, use_bias ? bias : NULL, ref);
+	float *dx = dup_dev(x, (size_t)n * cols), *db = dup_dev(bias, (size_t)rows), *dy = dalloc((size_t)n * rows * 4);
+	poison(dy, (size_t)n * rows * 4);
+	if (kc_linear(&d, dx, n, use_bias ? db : NULL, dy))
+		die("kc_linear");
+	/* tokens 0-1 apart: the outlier's outputs would hide the others' errors */
+	snprintf(name, sizeof(name), "gemm%s b%d g%d %s %dx%d n%d%s t0-1", kc_gemm_impl(-1) ? " simt" : " tc", bits,
+		 gs, dtn(sdt), rows, cols, n, use_bias ? " +bias" : "");
+	compare(name, dy, ref, (size_t)2 * rows, TOL_LINEAR);
+	if (n > 2) {
+		snprintf(name, sizeof(name), "gemm%s b%d g%d %s %dx%d n%d%s", kc_gemm_impl(-1) ? " simt" : " tc", bits,
+			 gs, dtn(sdt), rows, cols, n, use_bias ? " +bias" : "");
+		compare(name, dy + (size_t)2 * rows, ref + (size_t)2 * rows, (size_t)(n - 2) * rows, TOL_LINEAR);
+	}
+	kc_free(dx);
+	kc_free(db);
+	kc_free(dy);
+	free(x);
+	free(bias);
+	free(ref);
+	kc_matrix_free(&d);
+	host_free(&h);
+}
+
+/* q/k/v-style fusion: three matrices sharing x in one launch (n == 1), or
+ * sharing one split of x (n > 1, the tensor-core GEMM). */
+static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt, int n)
 {
 	int cols = gs * 4, rows[3] = {96, 33, 33};
 	kq_matrix h[3], d[3];
 	const kq_matrix *dp[3];
-	float *x = malloc((size_t)cols * 4), *ref[3], *bias[3], *dy[3];
+	float *x = malloc((size_t)n * cols * 4), *ref[3], *bias[3], *dy[3];
 	const float *db[3];
-	fill(x, (size_t)cols, -1, 1);
-	float *dx = dup_dev(x, (size_t)cols);
+	fill(x, (size_t)n * cols, -1, 1);
+	float *dx = dup_dev(x, (size_t)n * cols);
 	for (int i = 0; i < 3; i++) {
 		h[i] = host_matrix(rows[i], cols, bits, gs, sdt);
 		if (kc_matrix_upload(&h[i], &d[i]))
@@ -233,18 +283,19 @@ static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt)
 		dp[i] = &d[i];
 		bias[i] = malloc((size_t)rows[i] * 4);
 		fill(bias[i], (size_t)rows[i], -1, 1);
-		ref[i] = malloc((size_t)rows[i] * 4);
-		R->matvec(&h[i], x, i == 1 ? NULL : bias[i], ref[i]);
+		ref[i] = malloc((size_t)n * rows[i] * 4);
+		R->matmul(&h[i], x, n, i == 1 ? NULL : bias[i], ref[i]);
 		db[i] = i == 1 ? NULL : dup_dev(bias[i], (size_t)rows[i]);
-		dy[i] = dalloc((size_t)rows[i] * 4);
-		poison(dy[i], (size_t)rows[i] * 4);
+		dy[i] = dalloc((size_t)n * rows[i] * 4);
+		poison(dy[i], (size_t)n * rows[i] * 4);
 	}
-	if (kc_linear_multi(3, dp, dx, 1, db, dy))
+	if (kc_linear_multi(3, dp, dx, n, db, dy))
 		die("kc_linear_multi");
 	for (int i = 0; i < 3; i++) {
 		char name[96];
-		snprintf(name, sizeof(name), "fused matvec b%d g%d %s part %d", bits, gs, dtn(sdt), i);
-		compare(name, dy[i], ref[i], (size_t)rows[i], TOL_LINEAR);
+		snprintf(name, sizeof(name), "fused %s b%d g%d %s n%d part %d", n == 1 ? "matvec" : "gemm", bits, gs,
+			 dtn(sdt), n, i);
+		compare(name, dy[i], ref[i], (size_t)n * rows[i], TOL_LINEAR);
 		kc_free(dy[i]);
 		kc_free((void *)db[i]);
 		kc_matrix_free(&d[i]);
@@ -516,7 +567,8 @@ int main(int argc, char **argv)
 		for (int gi = 0; gi < 3; gi++)
 			for (int dt = 0; dt < KDT_COUNT; dt++) {
 				test_linear(R, 67, groups[gi] * 5, bits[bi], groups[gi], (kdtype)dt);
-				test_fused(R, bits[bi], groups[gi], (kdtype)dt);
+				test_fused(R, bits[bi], groups[gi], (kdtype)dt, 1);
+				test_fused(R, bits[bi], groups[gi], (kdtype)dt, 9);
 			}
 	/* real-size rows: many packs per lane, vector loads; 14336 columns
 	 * take two passes of the tensor-core kernel's staged x */
@@ -541,10 +593,30 @@ int main(int argc, char **argv)
 	for (int bi = 2; bi < 6; bi += 3)
 		for (int gi = 0; gi < 3; gi++) {
 			test_linear(R, 67, groups[gi] * 5, bits[bi], groups[gi], (kdtype)gi);
-			test_fused(R, bits[bi], groups[gi], (kdtype)gi);
+			test_fused(R, bits[bi], groups[gi], (kdtype)gi, 1);
 		}
 	test_linear(R, 130, 14336, 4, 64, KDT_BF16);
 	kc_matvec_impl(0);
+	/* the tensor-core GEMM: every bits x group x scale dtype, n from 2 to
+	 * 600 (partial token tiles of 64), 160 rows (a partial row tile of
+	 * 128), one to four groups per row (k steps 1 to 16) */
+	static const int gemm_n[] = {2, 63, 129, 600};
+	for (int bi = 0; bi < 6; bi++)
+		for (int gi = 0; gi < 3; gi++)
+			for (int dt = 0; dt < KDT_COUNT; dt++)
+				for (int k = 0; k < 4; k++)
+					test_gemm(R, 160, groups[gi] * (1 + (k + bi) % 4), bits[bi], groups[gi], (kdtype)dt,
+						  gemm_n[k]);
+	test_gemm(R, 300, 4096, 4, 64, KDT_F16, 200);   /* real widths */
+	test_gemm(R, 257, 14336, 4, 64, KDT_BF16, 65);
+	test_gemm(R, 130, 4096, 8, 64, KDT_BF16, 600);
+	test_gemm(R, 129, 2048, 8, 128, KDT_F16, 77);
+	/* the SIMT GEMM (dense weights take it always; every matrix under kc_gemm_impl(1)) */
+	kc_gemm_impl(1);
+	for (int bi = 0; bi < 6; bi += 2)
+		test_gemm(R, 67, 320, bits[bi], 64, (kdtype)(bi / 2), 70);
+	test_fused(R, 4, 64, KDT_F16, 9);
+	kc_gemm_impl(0);
 	for (int dt = 0; dt < KDT_COUNT; dt++) /* dense weights, cols not a multiple of anything */
 		test_linear(R, 37, 101, 0, 0, (kdtype)dt);
 	test_norms(R);
