@@ -49,6 +49,8 @@ typedef enum {
 	IPC_ERROR,      /* payload: wc_error */
 	/* broker -> fetcher (replies: IPC_EVENT, IPC_DONE, IPC_ERROR; fetcher/fetch.h) */
 	IPC_FETCH,      /* fds: output file; payload: fetch request */
+	/* broker -> `mlxr-worker --tool` (worker/tool.h; no reply: output on stdout, the exit status) */
+	IPC_TOOL,       /* fds: sealed argv memfd, the files it names */
 	IPC_TYPE_COUNT
 } ipc_type;
 

@@ -69,3 +69,10 @@ void mf_free(mf_files *f)
 		free(f->owned[i]);
 	memset(f, 0, sizeof(*f));
 }
+
+int mlx_quant_supported(int bits, int group_size)
+{
+	int b = bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8;
+	int g = group_size == 32 || group_size == 64 || group_size == 128;
+	return b && g;
+}

@@ -49,4 +49,9 @@ int mf_read_file(const char *path, size_t cap, char **out, size_t *len);
 int mf_read(const char *dir, mf_files *f, char *err, size_t errlen);
 void mf_free(mf_files *f);
 
+/* The MLX affine quantization the engine runs: bits 2, 3, 4, 5, 6 or 8 and
+ * group size 32, 64 or 128 (1 if supported). One definition for the model
+ * validator, the GGUF importer and `mlxr import`'s options. */
+int mlx_quant_supported(int bits, int group_size);
+
 #endif

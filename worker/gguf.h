@@ -140,6 +140,5 @@ int mlx_quantize(const float *w, uint64_t rows, uint64_t cols, int bits, int gro
 /* The inverse: w = scale * code + bias in f32 (for tests). */
 void mlx_dequantize(const uint32_t *wq, const uint16_t *scales, const uint16_t *biases,
 		    uint64_t rows, uint64_t cols, int bits, int group_size, float *w);
-int mlx_quant_supported(int bits, int group_size);
 
 #endif

@@ -8,6 +8,7 @@
  */
 #include "kernels/kernels.h"
 #include "worker/gguf.h"
+#include "common/modelfiles.h"
 
 #include <math.h>
 #include <string.h>
@@ -173,13 +174,6 @@ int gguf_dequant(uint32_t type, const uint8_t *src, float *y, uint64_t n)
 		}
 	}
 	return 0;
-}
-
-int mlx_quant_supported(int bits, int group_size)
-{
-	int b = bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8;
-	int g = group_size == 32 || group_size == 64 || group_size == 128;
-	return b && g;
 }
 
 /* mlx/backend/cpu/quantized.cpp quantize<T>(), per group:

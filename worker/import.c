@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/json.h"
+#include "common/modelfiles.h"
 
 /* Files above this are refused: the import holds the file and its
  * converted copy in memory. 64 GiB covers 70B-class 4-bit models. */

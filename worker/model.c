@@ -42,7 +42,7 @@ static int qcfg_for(const qcfg *qc, const char *path, int *bits, int *gs, char *
 			 ov ? "." : "", ov ? path : "");
 		return -1;
 	}
-	if (!(b == 2 || b == 3 || b == 4 || b == 5 || b == 6 || b == 8) || !(g == 32 || g == 64 || g == 128)) {
+	if (b < 2 || b > 8 || g < 32 || g > 128 || !mlx_quant_supported((int)b, (int)g)) {
 		snprintf(err, errlen, "config.json: quantization%s%s: bits %lld / group_size %lld unsupported "
 			 "(bits 2,3,4,5,6,8; group 32,64,128)", ov ? "." : "", ov ? path : "", (long long)b, (long long)g);
 		return -1;
@@ -125,8 +125,7 @@ static int bind_matrix(model *m, const qcfg *qc, const char *path, int rows, int
 		return -1;
 	}
 	int bits = (int)(packed * 32 / cols), gs = (int)(cols / groups);
-	if (!(bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8) ||
-	    !(gs == 32 || gs == 64 || gs == 128)) {
+	if (!mlx_quant_supported(bits, gs)) {
 		snprintf(err, errlen, "%s: tensor %s: shapes imply %d bits / group %d, unsupported", shard_of(m, w),
 			 path, bits, gs);
 		return -1;

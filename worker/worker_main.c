@@ -15,6 +15,8 @@
  * before cuInit, seccomp once the first LOAD is answered (weights on the
  * device). When cuInit fails under auto it runs on the CPU with the CPU
  * worker's seccomp filter under the GPU worker's Landlock rules.
+ *   mlxr-worker --tool            (a developer verb, worker/tool.h: the CPU
+ *                                  worker's sandbox, one request, then exit)
  *   mlxr-worker --self-test ...   (policy proofs, tests/py/test_sandbox.py)
  *   mlxr-worker --probe           (what `mlxr doctor` reports)
  *   mlxr-worker --ipc-fault-after N  (test only: a malformed answer to request N+1)
@@ -28,6 +30,7 @@
 #include "common/ipc.h"
 #include "policy/policy.h"
 #include "worker/serve.h"
+#include "worker/tool.h"
 #ifdef MLXR_CUDA
 #include "worker/session_cuda.h"
 
@@ -78,6 +81,13 @@ int main(int argc, char **argv)
 	if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda")) {
 		fprintf(stderr, "mlxr-worker: --device %s: expected auto, cpu or cuda\n", device);
 		return 2;
+	}
+	if (argc >= 2 && !strcmp(argv[1], "--tool")) {
+		if (policy_apply(POLICY_WORKER, &po, &rep, err, sizeof(err))) {
+			fprintf(stderr, "mlxr-worker: sandbox: %s\n", err);
+			return 1;
+		}
+		return worker_tool(IPC_FD);
 	}
 	if (role == POLICY_GPU_WORKER)
 		role = POLICY_WORKER;

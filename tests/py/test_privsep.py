@@ -66,6 +66,41 @@ def test_binaries_link_only_their_role():
     assert not {s for s in worker if s.startswith(("http_", "openai_", "serve_"))}, "no HTTP / request JSON in the worker"
     assert not kernel & fetcher and "tok_encode" not in fetcher and "gguf_parse" not in fetcher
     assert "policy_apply" in worker and "policy_apply" in fetcher
+    # Untrusted model bytes the broker never parses: tokenizer.json, chat
+    # templates, GGUF. `mlxr tokenize` / `chat-render` run in a worker
+    # (--tool), `mlxr import` in an importer worker.
+    parsers = {"tok_load", "tok_encode", "chat_config_load", "chat_render", "gguf_parse"}
+    assert not parsers & broker, f"the broker links {parsers & broker}"
+    assert parsers <= worker
+
+
+def test_developer_verbs_run_in_a_sandboxed_worker(smol, tmp_path):
+    """`mlxr tokenize` and `mlxr chat-render` hand the files to a worker
+    started with --tool: it runs under the worker's sandbox (a verb that
+    tried to open a file itself would fail), reads only what the broker
+    opened, and its exit status is the verb's."""
+    r = subprocess.run([MLXR, "tokenize", str(smol), "--ids", "Hello world"], capture_output=True, text=True)
+    assert r.returncode == 0 and re.fullmatch(r"\d+( \d+)*\n", r.stdout), (r.stdout, r.stderr)
+    # a FIFO in place of a file is refused by the broker before any worker starts
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = subprocess.run([MLXR, "tokenize", str(smol), "--file", str(fifo)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "not a regular file" in r.stderr, r.stderr
+    r = subprocess.run([MLXR, "tokenize", str(smol), "--file", str(tmp_path / "absent")], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "No such file" in r.stderr, r.stderr
+    # usage errors come from the verb in the worker, status 2
+    r = subprocess.run([MLXR, "tokenize", str(smol)], capture_output=True, text=True)
+    assert r.returncode == 2 and "usage: mlxr tokenize" in r.stderr, r.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": ')
+    r = subprocess.run([MLXR, "tokenize", str(bad), "hi"], capture_output=True, text=True)
+    assert r.returncode == 1 and "tokenizer.json: not valid JSON" in r.stderr, r.stderr
+    msgs = tmp_path / "m.json"
+    msgs.write_text('[{"role": "user", "content": "hi"}]')
+    r = subprocess.run([MLXR, "chat-render", str(smol / "tokenizer_config.json"), str(msgs)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "hi" in r.stdout, r.stderr
 
 
 def wait_streaming(p, t=60):

@@ -1,7 +1,9 @@
-/* broker/cmd_chatfmt.c — `mlxr chat-render`, a developer verb: renders a
+/* worker/tool_chatfmt.c — `mlxr chat-render`, a developer verb: renders a
  * conversation with a model's chat template (worker/chat.h) and prints the
  * bytes, or with --mask the mask as '0'/'1' characters. tests/py/test_chat.py
- * compares its output with transformers' apply_chat_template.
+ * compares its output with transformers' apply_chat_template. It runs in a
+ * sandboxed worker (worker/tool.h): the broker opens the files, the
+ * template and the messages are parsed only here.
  *
  *   mlxr chat-render TOKENIZER_CONFIG.json MESSAGES.json [--template FILE.jinja]
  *       [--no-generation-prompt] [--continue] [--no-think] [--date "26 Jul 2024"]
@@ -16,64 +18,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker/cmds.h"
 #include "common/json.h"
 #include "worker/chat.h"
+#include "worker/tool.h"
 
 /* Messages file <= 64 MiB: a conversation far longer than any context. */
 #define CHATFMT_MESSAGES_MAX ((size_t)64 << 20)
 
-/* Reads a whole file of at most max bytes into a malloc'd buffer. */
+/* The file the broker opened for argument path, at most max bytes. */
 static char *read_whole(const char *path, size_t max, size_t *len, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	size_t n = 0, cap = 0;
-
-	if (!f) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+	char *buf;
+	if (tool_read(path, max, &buf, len)) {
+		if (errno == EFBIG)
+			snprintf(err, errlen, "%s: over %zu bytes", path, max);
+		else
+			snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return NULL;
 	}
-	for (;;) {
-		size_t got;
-
-		if (n == cap) {
-			size_t ncap = cap ? cap * 2 : 65536;
-			char *nb;
-
-			if (cap > max) {
-				snprintf(err, errlen, "%s: over %zu bytes", path, max);
-				goto fail;
-			}
-			nb = realloc(buf, ncap + 1);
-			if (!nb) {
-				snprintf(err, errlen, "%s: out of memory", path);
-				goto fail;
-			}
-			buf = nb;
-			cap = ncap;
-		}
-		got = fread(buf + n, 1, cap - n, f);
-		n += got;
-		if (got == 0)
-			break;
-	}
-	if (ferror(f)) {
-		snprintf(err, errlen, "%s: read error", path);
-		goto fail;
-	}
-	if (n > max) {
-		snprintf(err, errlen, "%s: over %zu bytes", path, max);
-		goto fail;
-	}
-	fclose(f);
-	buf[n] = '\0';
-	*len = n;
 	return buf;
-fail:
-	fclose(f);
-	free(buf);
-	return NULL;
 }
 
 static int parse_messages(const json_value *root, chat_msg **out, size_t *n, char *err, size_t errlen)
@@ -126,7 +89,7 @@ static int chatfmt_usage(void)
 	return 2;
 }
 
-int cmd_chat_render(int argc, char **argv)
+int tool_chat_render(int argc, char **argv)
 {
 	const char *cfg_path = NULL, *msg_path = NULL, *tmpl_path = NULL;
 	int want_mask = 0, want_format = 0, fallback = 0, status = 1, rc;

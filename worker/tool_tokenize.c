@@ -1,5 +1,7 @@
-/* broker/cmd_tokenize.c — `mlxr tokenize MODEL TEXT`: a developer verb that
- * runs the C tokenizer, so tests can compare it with Hugging Face's.
+/* worker/tool_tokenize.c — `mlxr tokenize MODEL TEXT`: a developer verb that
+ * runs the C tokenizer, so tests can compare it with Hugging Face's. It runs
+ * in a sandboxed worker (worker/tool.h); the broker (broker/cmd_tokenize.c)
+ * resolves MODEL to its tokenizer.json and opens the files.
  *
  *   mlxr tokenize MODEL "TEXT"           id<TAB>piece per line
  *   mlxr tokenize MODEL --ids "TEXT"     space-separated ids
@@ -14,9 +16,8 @@
  * MODEL is a directory holding tokenizer.json, a tokenizer.json path, or
  * a store name (store_resolve). Pieces are printed with \n, \t, \r, \\ and
  * other control bytes escaped so each stays on its line. */
-#include "broker/cmds.h"
-#include "broker/store.h"
 #include "worker/tokenizer.h"
+#include "worker/tool.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -24,54 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* tokenizer.json is at most 512 MiB (tokenizer.c's limit); text files 1 GiB. */
-static int read_file(const char *path, size_t max, char **out, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *b = NULL;
-	size_t n = 0, cap = 0;
-	if (!f) return -1;
-	for (;;) {
-		if (cap - n < 65536) {
-			cap = cap ? cap * 2 : 1 << 20;
-			char *nb = realloc(b, cap + 1);
-			if (!nb) { free(b); fclose(f); return -1; }
-			b = nb;
-		}
-		size_t r = fread(b + n, 1, cap - n, f);
-		n += r;
-		if (n > max) { free(b); fclose(f); errno = EFBIG; return -1; }
-		if (r == 0) break;
-	}
-	int bad = ferror(f);
-	fclose(f);
-	if (bad) { free(b); return -1; }
-	b[n] = 0;
-	*out = b;
-	*len = n;
-	return 0;
-}
-
-static int find_json(const char *model, char *path, size_t plen)
-{
-	struct stat st;
-	char dir[PATH_MAX], err[512];
-	if (stat(model, &st) == 0) {
-		if (S_ISDIR(st.st_mode)) {
-			if ((size_t)snprintf(path, plen, "%s/tokenizer.json", model) >= plen) return -1;
-		} else if ((size_t)snprintf(path, plen, "%s", model) >= plen) {
-			return -1;
-		}
-		return 0;
-	}
-	if (store_resolve(model, dir, sizeof(dir), err, sizeof(err))) {
-		fprintf(stderr, "mlxr tokenize: %s\n", err);
-		return -1;
-	}
-	if ((size_t)snprintf(path, plen, "%s/tokenizer.json", dir) >= plen) return -1;
-	return 0;
-}
 
 static void print_escaped(const char *s, size_t n)
 {
@@ -141,11 +94,11 @@ static int usage(void)
 	return 2;
 }
 
-int cmd_tokenize(int argc, char **argv)
+int tool_tokenize(int argc, char **argv)
 {
 	const char *model = NULL, *text = NULL, *file = NULL, *decode = NULL, *bfile = NULL;
 	int ids_only = 0, special = 0, skip = 0, stream = 0, rc = 1;
-	char path[PATH_MAX], err[512];
+	char err[512];
 	char *json = NULL, *fbuf = NULL;
 	size_t jlen = 0, tlen = 0;
 	tokenizer *t = NULL;
@@ -168,23 +121,20 @@ int cmd_tokenize(int argc, char **argv)
 	}
 	if (!model || (!text && !file && !decode && !bfile) || (text && file))
 		return usage();
-	if (find_json(model, path, sizeof(path))) {
-		fprintf(stderr, "mlxr tokenize: cannot find tokenizer.json for '%s'\n", model);
-		return 1;
-	}
-	if (read_file(path, (size_t)512 << 20, &json, &jlen)) {
-		fprintf(stderr, "mlxr tokenize: %s: %s\n", path, strerror(errno));
+	/* model: the tokenizer.json path the broker resolved and opened */
+	if (tool_read(model, (size_t)512 << 20, &json, &jlen)) {
+		fprintf(stderr, "mlxr tokenize: %s: %s\n", model, strerror(errno));
 		return 1;
 	}
 	if (tok_load(&t, json, jlen, err, sizeof(err))) {
-		fprintf(stderr, "mlxr tokenize: %s: %s\n", path, err);
+		fprintf(stderr, "mlxr tokenize: %s: %s\n", model, err);
 		goto done;
 	}
 	free(json);
 	json = NULL;
 
 	if (bfile) {
-		if (read_file(bfile, (size_t)1 << 30, &fbuf, &tlen)) {
+		if (tool_read(bfile, (size_t)1 << 30, &fbuf, &tlen)) {
 			fprintf(stderr, "mlxr tokenize: %s: %s\n", bfile, strerror(errno));
 			goto done;
 		}
@@ -243,7 +193,7 @@ int cmd_tokenize(int argc, char **argv)
 	}
 
 	if (file) {
-		if (read_file(file, (size_t)1 << 30, &fbuf, &tlen)) {
+		if (tool_read(file, (size_t)1 << 30, &fbuf, &tlen)) {
 			fprintf(stderr, "mlxr tokenize: %s: %s\n", file, strerror(errno));
 			goto done;
 		}
