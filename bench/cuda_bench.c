@@ -19,9 +19,10 @@
  *                              prof4k: the step at 4K context
  *   MV_ONLY=i                  only row i of the matvec table
  *   build/cuda-bench gemm ...  instead of the matvec table: the prefill
- *                              GEMM alone at the 8B shapes (SIMT and
- *                              tensor cores, n = 512 and 4096) and the
- *                              prefill attention alone (n = 512, 4096)
+ *                              GEMM alone at the 8B shapes (SIMT, tensor
+ *                              cores with k steps of 32 and of 64 columns;
+ *                              n = 512 and 4096) and the prefill attention
+ *                              alone (chunk and tiled kernels, n = 512, 4096)
  */
 #include <math.h>
 #include <stdio.h>
@@ -296,8 +297,9 @@ static void bench_gemm(const int *ns, int nn)
 	};
 	for (int ni = 0; ni < nn; ni++) {
 		int n = ns[ni];
-		printf("\n%-22s n=%-5d %9s %6s %9s %6s\n", "gemm 8B q4g64", n, "simt us", "TF/s", "tc us", "TF/s");
-		double tot[2] = {0, 0};
+		printf("\n%-22s n=%-5d %9s %6s %9s %6s %9s %6s\n", "gemm 8B q4g64", n, "simt us", "TF/s", "tc64 us", "TF/s",
+		       "tc us", "TF/s");
+		double tot[3] = {0, 0, 0};
 		for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 			kq_matrix mats[3];
 			int outs = 0;
@@ -315,10 +317,12 @@ static void bench_gemm(const int *ns, int nn)
 				if (!(y[i] = kc_malloc((size_t)n * ms[k].rows[i] * 4)))
 					die("y");
 			const kq_matrix *mp[3] = {&mats[0], &mats[1], &mats[2]};
-			double us[2];
-			for (int impl = 1; impl >= 0; impl--) {
+			double us[3];
+			static const int order[3] = {1, 0, 2};
+			for (int oi = 0; oi < 3; oi++) {
+				int impl = order[oi];
 				kc_gemm_impl(impl);
-				int reps = impl && n > 1024 ? 1 : 3;
+				int reps = impl == 1 && n > 1024 ? 1 : 3;
 				double ts[3];
 				for (int r = 0; r < reps; r++) {
 					kc_timer_mark(4);
@@ -333,21 +337,24 @@ static void bench_gemm(const int *ns, int nn)
 			}
 			kc_gemm_impl(0);
 			double fl = 2.0 * outs * ms[k].cols * (double)n;
-			printf("%-28s %9.0f %6.1f %9.0f %6.1f\n", ms[k].name, us[1], fl / us[1] * 1e-6, us[0], fl / us[0] * 1e-6);
-			tot[0] += us[0];
-			tot[1] += us[1];
+			printf("%-28s %9.0f %6.1f %9.0f %6.1f %9.0f %6.1f\n", ms[k].name, us[1], fl / us[1] * 1e-6, us[2],
+			       fl / us[2] * 1e-6, us[0], fl / us[0] * 1e-6);
+			for (int i = 0; i < 3; i++)
+				tot[i] += us[i];
 			for (int i = 0; i < ms[k].count; i++) {
 				kc_matrix_free(&mats[i]);
 				kc_free(y[i]);
 			}
 			kc_free(x);
 		}
-		printf("%-28s %9.0f %6s %9.0f   (one layer; x32 layers = %.1f ms tc)\n", "sum", tot[1], "", tot[0],
-		       tot[0] * 32 / 1e3);
+		printf("%-28s %9.0f %6s %9.0f %6s %9.0f   (one layer; x32 layers = %.1f ms tc)\n", "sum", tot[1], "",
+		       tot[2], "", tot[0], tot[0] * 32 / 1e3);
 	}
 	/* prefill attention of n queries from position 0, 8B heads */
 	printf("\n%-28s %9s %9s %8s\n", "attention 8B (32/8 x 128)", "n", "us", "TF/s");
-	for (int ni = 0; ni < nn; ni++) {
+	for (int ai = 0; ai < 2 * nn; ai++) {
+		int ni = ai % nn, impl = ai < nn; /* the chunk kernels first, then the tiled one */
+		kc_attention_impl(impl);
 		int n = ns[ni], nh = 32, nkv = 8, hd = 128, pos = 0;
 		size_t qn = (size_t)n * nh * hd, cn = (size_t)n * nkv * hd, scb = kc_attention_scratch(n, nh, hd, n);
 		float *q = kc_malloc(qn * 4), *k = kc_malloc(cn * 4), *v = kc_malloc(cn * 4), *o = kc_malloc(qn * 4);
@@ -366,10 +373,11 @@ static void bench_gemm(const int *ns, int nn)
 		}
 		qsort(ts, 3, sizeof(double), cmp_d);
 		double fl = 4.0 * nh * hd * (double)n * n / 2;
-		printf("%-28s %9d %9.0f %8.2f   (x32 layers = %.1f ms)\n", "", n, ts[1] * 1e6, fl / ts[1] * 1e-12,
-		       ts[1] * 32 * 1e3);
+		printf("%-28s %9d %9.0f %8.2f   (x32 layers = %.1f ms)\n", impl ? "  chunk kernels" : "  tiled", n,
+		       ts[1] * 1e6, fl / ts[1] * 1e-12, ts[1] * 32 * 1e3);
 		kc_free(q); kc_free(k); kc_free(v); kc_free(o); kc_free(dpos); kc_free(sc);
 	}
+	kc_attention_impl(0);
 }
 
 int main(int argc, char **argv)

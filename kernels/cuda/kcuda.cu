@@ -14,9 +14,15 @@
  *                    matrices sharing x, or gate/up + GLU, in one launch
  *   k_matvec_q       decode, other bits (and kc_matvec_impl(1)): SIMT, a
  *                    warp per KC_MV_ROWS rows, straight from the packed codes
- *   k_gemm           prefill: 64x64 output tile, each 64x32 weight tile
- *                    dequantized once into shared memory for 64 tokens
+ *   k_xsplit         prefill: x to per-token scaled f16 hi + lo, group sums
+ *   k_gemm_tc        prefill GEMM on the tensor cores (every quantized
+ *                    matrix): 128 rows x 64 tokens per block, codes
+ *                    dequantized once per block into shared memory
+ *   k_gemm           prefill, dense weights (and kc_gemm_impl(1)): SIMT,
+ *                    64x64 output tile
  *   k_qk_rope_append per-head q/k norm + RoPE + KV-cache append
+ *   k_attn_flash     prefill attention (n >= 16): 64 (query, head) rows of
+ *                    one kv head per block, K/V tiles in shared memory
  *   k_attn_chunk     attention over one chunk of keys for one GQA group,
  *   k_attn_dec       online softmax (k_attn_dec: n < 16, three bulk phases);
  *   k_attn_merge     the merge combines the chunks
@@ -69,6 +75,7 @@ extern "C" int kc_device_count(void)
 }
 
 static int mq_init(void);
+static int fa_attr(void);
 
 extern "C" int kc_init(int dev)
 {
@@ -1037,21 +1044,30 @@ __global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sc, con
  *   the natural order (codes extracted one by one).
  * Tiles: a block of TG_THREADS (4 warps, 2 x 2) owns TG_BM weight rows x
  * TG_BN tokens (warp tile 64 x 32: 4 x 4 mma tiles; P and acc take 128
- * registers, so 2 blocks per SM); k steps of TG_BK = 32 columns (a step
- * never straddles a group). Codes and X hi/lo go through a TG_STAGES-deep
+ * registers, so 2 blocks per SM); k steps of BK = 32 or 64 columns (a
+ * group starts and ends on a 32-column boundary). Codes and X hi/lo go
+ * through a 4- (BK 32) or 3-deep (BK 64)
  * cp.async ring; step k+1's codes are dequantized into the other A buffer
  * before step k's mmas, so one barrier per step suffices. The grid runs
  * token tiles fastest: the blocks that share a weight tile run together
  * and the weights are read from memory about once. */
 #define TG_BM 128
 #define TG_BN 64
-#define TG_BK 32
-#define TG_STAGES 4
 #define TG_THREADS 128
-#define TG_LD 40 /* halves per staged row: 80 B apart, so ldmatrix's 8 rows hit distinct banks */
-
-static __host__ __device__ constexpr int tg_stage_bytes(int bits) { return TG_BM * 4 * bits + 2 * TG_BN * TG_LD * 2; }
-static __host__ __device__ constexpr int tg_smem(int bits) { return TG_STAGES * tg_stage_bytes(bits) + 2 * TG_BM * TG_LD * 2; }
+/* BK (columns per k step) 32: 4 stages; 64: 3 stages (half the barriers
+ * and per-step overhead; 8 bits would not fit 2 blocks per SM) */
+static __host__ __device__ constexpr int tg_stages(int bk) { return bk == 32 ? 4 : 3; }
+/* halves per staged row: BK + 8, so ldmatrix's 8 rows (80 or 144 B
+ * apart) hit distinct banks */
+static __host__ __device__ constexpr int tg_ld(int bk) { return bk + 8; }
+static __host__ __device__ constexpr int tg_stage_bytes(int bits, int bk)
+{
+	return TG_BM * bk / 8 * bits + 2 * TG_BN * tg_ld(bk) * 2;
+}
+static __host__ __device__ constexpr int tg_smem(int bits, int bk)
+{
+	return tg_stages(bk) * tg_stage_bytes(bits, bk) + 2 * TG_BM * tg_ld(bk) * 2;
+}
 
 /* Position q (0..15) of a block of 16 staged columns holds column
  * tg_perm(bits, q) of that block (see above). */
@@ -1211,7 +1227,7 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 	}
 }
 
-template <int BITS, class S>
+template <int BITS, class S, int BK>
 __global__ void __launch_bounds__(TG_THREADS, 2)
 	k_gemm_tc(const uint8_t *__restrict__ W, const void *__restrict__ SC, const void *__restrict__ BI, int rows,
 		  int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
@@ -1219,20 +1235,22 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 		  float *__restrict__ Y)
 {
 	extern __shared__ __align__(16) uint8_t tsm[];
-	constexpr int CB = 4 * BITS; /* code bytes of one row in one k step */
-	constexpr int STAGE = tg_stage_bytes(BITS);
+	constexpr int NS = tg_stages(BK), LD = tg_ld(BK);
+	constexpr int CB = BK / 8 * BITS; /* code bytes of one row in one k step */
+	constexpr int STAGE = tg_stage_bytes(BITS, BK);
 	constexpr int U = BITS % 4 == 0 ? 16 : BITS % 2 == 0 ? 8 : 4; /* cp.async size for the codes */
+	constexpr int XPT = 2 * TG_BN * (BK / 8) / TG_THREADS;     /* X pieces (16 B) per thread per step */
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
 	const int tok0 = blockIdx.x * TG_BN, row0 = blockIdx.y * TG_BM;
-	const int nk = cols / TG_BK, ng = cols / group;
-	__half *As = (__half *)(tsm + TG_STAGES * STAGE); /* [2][TG_BM][TG_LD] */
+	const int nk = cols / BK, ng = cols / group;
+	__half *As = (__half *)(tsm + NS * STAGE); /* [2][TG_BM][LD] */
 	/* rows past the end read the last row, tokens past n the last token;
 	 * neither is stored */
 	const uint8_t *wsrc = W + (size_t)min(row0 + tid, rows - 1) * ((size_t)cols * BITS / 8);
 
 	auto issue = [&](int kt) {
-		uint8_t *st = tsm + (kt % TG_STAGES) * STAGE;
+		uint8_t *st = tsm + (kt % NS) * STAGE;
 		const uint8_t *src = wsrc + (size_t)kt * CB;
 		const uint32_t dst = smem_u32(st + tid * CB);
 #pragma unroll
@@ -1240,11 +1258,19 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 			cp_async<U>(dst + u * U, src + u * U);
 		__half *xs = (__half *)(st + TG_BM * CB);
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
-			const int i = tid + TG_THREADS * u, which = i >> 8, tk = (i >> 2) & (TG_BN - 1), piece = i & 3;
-			const __half *s = (which ? XL : XH) + (size_t)min(tok0 + tk, n - 1) * cols + kt * TG_BK + piece * 8;
-			cp_async<16>(smem_u32(xs + (which * TG_BN + tk) * TG_LD + piece * 8), s);
+		for (int u = 0; u < XPT; u++) {
+			const int i = tid + TG_THREADS * u, which = i / (TG_BN * BK / 8);
+			const int tk = (i / (BK / 8)) & (TG_BN - 1), piece = i & (BK / 8 - 1);
+			const __half *s = (which ? XL : XH) + (size_t)min(tok0 + tk, n - 1) * cols + kt * BK + piece * 8;
+			cp_async<16>(smem_u32(xs + (which * TG_BN + tk) * LD + piece * 8), s);
 		}
+	};
+	auto dequant = [&](int kt) {
+		const uint8_t *src = tsm + (kt % NS) * STAGE + tid * CB;
+		__half *dst = As + ((kt & 1) * TG_BM + tid) * LD;
+#pragma unroll
+		for (int h = 0; h < BK / 32; h++)
+			tg_dequant<BITS>(src + 4 * BITS * h, dst + 32 * h);
 	};
 
 	float acc[4][4][4], P[4][4][4];
@@ -1273,46 +1299,46 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 	};
 
 #pragma unroll
-	for (int s = 0; s < TG_STAGES - 1; s++) {
+	for (int s = 0; s < NS - 1; s++) {
 		if (s < nk)
 			issue(s);
 		cp_commit();
 	}
 	load_group(0);
-	cp_wait<TG_STAGES - 2>();
-	tg_dequant<BITS>(tsm + tid * CB, As + tid * TG_LD);
+	cp_wait<NS - 2>();
+	dequant(0);
 	__syncthreads();
 	for (int kt = 0; kt < nk; kt++) {
 		/* the stage refilled here was last read before the previous barrier */
-		if (kt + TG_STAGES - 1 < nk)
-			issue(kt + TG_STAGES - 1);
+		if (kt + NS - 1 < nk)
+			issue(kt + NS - 1);
 		cp_commit();
-		cp_wait<TG_STAGES - 2>(); /* this thread's copies of steps <= kt + 1 have landed */
-		if (kt + 1 < nk)      /* own row only: needs no barrier */
-			tg_dequant<BITS>(tsm + ((kt + 1) % TG_STAGES) * STAGE + tid * CB,
-					 As + (((kt + 1) & 1) * TG_BM + tid) * TG_LD);
-		const int k0 = kt * TG_BK;
-		const bool first = k0 % group == 0, last = (k0 + TG_BK) % group == 0;
-		const __half *A = As + (kt & 1) * TG_BM * TG_LD;
-		const __half *XHs = (const __half *)(tsm + (kt % TG_STAGES) * STAGE + TG_BM * CB);
-		const __half *XLs = XHs + TG_BN * TG_LD;
+		cp_wait<NS - 2>(); /* this thread's copies of steps <= kt + 1 have landed */
+		if (kt + 1 < nk)   /* own row only: needs no barrier */
+			dequant(kt + 1);
+		const int k0 = kt * BK;
+		const __half *A = As + (kt & 1) * TG_BM * LD;
+		const __half *XHs = (const __half *)(tsm + (kt % NS) * STAGE + TG_BM * CB);
+		const __half *XLs = XHs + TG_BN * LD;
 #pragma unroll
-		for (int kk = 0; kk < TG_BK; kk += 16) {
+		for (int kk = 0; kk < BK; kk += 16) {
 			uint32_t a[4][4], bh[4][2], bl[4][2];
 #pragma unroll
 			for (int mi = 0; mi < 4; mi++)
-				ldsm4(a[mi], smem_u32(A + (wm * 64 + mi * 16 + (lane & 15)) * TG_LD + kk + (lane >> 4) * 8));
+				ldsm4(a[mi], smem_u32(A + (wm * 64 + mi * 16 + (lane & 15)) * LD + kk + (lane >> 4) * 8));
 #pragma unroll
 			for (int nj = 0; nj < 2; nj++) {
 				const int tk = wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
 				const int kc = kk + ((lane >> 3) & 1) * 8;
 				uint32_t r[4];
-				ldsm4(r, smem_u32(XHs + tk * TG_LD + kc));
+				ldsm4(r, smem_u32(XHs + tk * LD + kc));
 				bh[2 * nj][0] = r[0]; bh[2 * nj][1] = r[1]; bh[2 * nj + 1][0] = r[2]; bh[2 * nj + 1][1] = r[3];
-				ldsm4(r, smem_u32(XLs + tk * TG_LD + kc));
+				ldsm4(r, smem_u32(XLs + tk * LD + kc));
 				bl[2 * nj][0] = r[0]; bl[2 * nj][1] = r[1]; bl[2 * nj + 1][0] = r[2]; bl[2 * nj + 1][1] = r[3];
 			}
-			if (kk == 0 && first) {
+			/* groups are multiples of 32 columns: a group starts at a
+			 * 32-column boundary (P from zero) and ends after one */
+			if ((kk & 16) == 0 && (k0 + kk) % group == 0) {
 #pragma unroll
 				for (int mi = 0; mi < 4; mi++)
 #pragma unroll
@@ -1329,18 +1355,18 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 						tg_mma(P[mi][ni], a[mi], bl[ni]);
 					}
 			}
-		}
-		if (last) {
+			if ((kk & 16) && (k0 + kk + 16) % group == 0) {
 #pragma unroll
-			for (int mi = 0; mi < 4; mi++)
+				for (int mi = 0; mi < 4; mi++)
 #pragma unroll
-				for (int ni = 0; ni < 4; ni++)
+					for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-					for (int e = 0; e < 4; e++)
-						acc[mi][ni][e] = fmaf(sv[mi][e >> 1], P[mi][ni][e],
-								      fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
-			if (kt + 1 < nk)
-				load_group((k0 + TG_BK) / group);
+						for (int e = 0; e < 4; e++)
+							acc[mi][ni][e] = fmaf(sv[mi][e >> 1], P[mi][ni][e],
+									      fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
+				if (k0 + kk + 16 < cols)
+					load_group((k0 + kk + 16) / group);
+			}
 		}
 		__syncthreads();
 	}
@@ -1521,7 +1547,7 @@ extern "C" int kc_gemm_impl(int impl)
  * any scale dtype) whose codes start 16-byte aligned; dense weights take k_gemm. */
 static int tg_ok(const kq_matrix *m)
 {
-	return g_gemm_impl == 0 && m->bits >= 2 && !((uintptr_t)m->w & 15);
+	return g_gemm_impl != 1 && m->bits >= 2 && !((uintptr_t)m->w & 15);
 }
 
 static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *o)
@@ -1536,15 +1562,26 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *
 	return 0;
 }
 
-template <int BITS, class S>
-static int tg_launch(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+template <int BITS, class S, int BK>
+static int tg_launch_bk(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
 {
 	dim3 grid((x.n + TG_BN - 1) / TG_BN, (m->rows + TG_BM - 1) / TG_BM);
-	k_gemm_tc<BITS, S><<<grid, TG_THREADS, tg_smem(BITS), g_stream>>>(
+	k_gemm_tc<BITS, S, BK><<<grid, TG_THREADS, tg_smem(BITS, BK), g_stream>>>(
 		(const uint8_t *)m->w, m->scales, m->biases, m->rows, m->cols, m->group_size, x.xh, x.xl, x.xs, x.inv,
 		x.n, bias, y);
 	LAUNCHED("k_gemm_tc");
 	return 0;
+}
+
+/* k steps of 32 columns; kc_gemm_impl(2): 64 for bits <= 6 (8 bits would
+ * leave 1 block per SM), measured slower (run 11: 3123 vs 2778 us per 8B
+ * layer at n = 512; 88 bytes of spills) */
+template <int BITS, class S>
+static int tg_launch(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+{
+	if (BITS < 8 && g_gemm_impl == 2 && m->cols % 64 == 0)
+		return tg_launch_bk<BITS, S, (BITS < 8 ? 64 : 32)>(m, x, bias, y);
+	return tg_launch_bk<BITS, S, 32>(m, x, bias, y);
 }
 
 template <class S>
@@ -1572,22 +1609,20 @@ static int tg_run(const kq_matrix *m, const tg_x &x, const float *bias, float *y
 }
 
 /* More than the default 48 KB of shared memory. */
+#define TG_ATTR(B, K) CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K)))
 template <class S>
 static int tg_attr(void)
 {
-	CK(cudaFuncSetAttribute(k_gemm_tc<2, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(2)));
-	CK(cudaFuncSetAttribute(k_gemm_tc<3, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(3)));
-	CK(cudaFuncSetAttribute(k_gemm_tc<4, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(4)));
-	CK(cudaFuncSetAttribute(k_gemm_tc<5, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(5)));
-	CK(cudaFuncSetAttribute(k_gemm_tc<6, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(6)));
-	CK(cudaFuncSetAttribute(k_gemm_tc<8, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(8)));
+	TG_ATTR(2, 32); TG_ATTR(3, 32); TG_ATTR(4, 32); TG_ATTR(5, 32); TG_ATTR(6, 32); TG_ATTR(8, 32);
+	TG_ATTR(2, 64); TG_ATTR(3, 64); TG_ATTR(4, 64); TG_ATTR(5, 64); TG_ATTR(6, 64);
 	return 0;
 }
+#undef TG_ATTR
 
 static int mq_init(void)
 {
 	return mq_attr<F32>() || mq_attr<F16>() || mq_attr<BF16>() || tg_attr<F32>() || tg_attr<F16>() ||
-		       tg_attr<BF16>()
+		       tg_attr<BF16>() || fa_attr()
 		   ? -1
 		   : 0;
 }
@@ -2284,6 +2319,237 @@ __global__ void k_attn_merge(const float *part, float *out, int nh, int hd, int 
 	}
 }
 
+/* ---- prefill attention: tiled (flash), n >= 16 ----
+ * Why: k_attn_chunk (one block per query x kv-head group x chunk, a
+ * serial per-warp key loop) reads each K/V row once per query and ran at
+ * ~3 TF/s: 45 ms per 8B layer at 4096 tokens, 70% of that prefill
+ * (cuda-bench gemm, run 10). Here a block owns FA_R = 64 rows (query, q
+ * head) of one kv head: 64 / rep queries x the rep q heads that share the
+ * kv head, so each K/V tile staged in shared memory serves 64 rows. Per
+ * tile of FA_KT = 32 keys: S = Q K^T (thread: rows ty + 16i, keys tx + 8j,
+ * i, j < 4; float4 over head_dim, conflict-free with rows hd + 4 floats
+ * apart), scale, soft-cap, causal/window mask, online softmax (a row's 32
+ * scores sit in 8 consecutive lanes), P^T to shared memory, O += P V
+ * (thread: its 4 rows x dims 4(tx + 8k), k < NI). K/V tiles are
+ * double-buffered with cp.async. All f32, as the reference: the same
+ * tolerance as the chunk kernels (TOL_ATT). The longest query tiles (the
+ * last) are launched first. */
+#define FA_R 64
+#define FA_KT 32
+#define FA_THREADS 128
+
+static size_t fa_smem(int hd)
+{
+	return ((size_t)(FA_R + 4 * FA_KT) * (hd + 4) + (size_t)FA_KT * (FA_R + 4)) * sizeof(float);
+}
+
+template <int NI>
+__global__ void __launch_bounds__(FA_THREADS)
+	k_attn_flash(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
+		     float *__restrict__ out, int n, int nh, int nkv, int hd, float scale, int window, float softcap,
+		     const int *d_pos)
+{
+	pdl_trigger();
+	pdl_wait();
+	extern __shared__ __align__(16) float fsm[];
+	const int LDH = hd + 4, hd4 = hd >> 2;
+	float *Qs = fsm, *Ks = Qs + FA_R * LDH, *Vs = Ks + 2 * FA_KT * LDH, *Ps = Vs + 2 * FA_KT * LDH;
+	const int rep = nh / nkv, bq = FA_R / rep, R = bq * rep;
+	const int qt = (int)gridDim.x - 1 - (int)blockIdx.x, kh = blockIdx.y, q0 = qt * bq;
+	const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3;
+	const int pos0 = *d_pos;
+	/* row r: query q0 + r / rep, head kh * rep + r % rep */
+	for (int i = tid; i < FA_R * hd4; i += FA_THREADS) {
+		const int r = i / hd4, d4 = i - r * hd4, t = q0 + r / rep;
+		float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		if (r < R && t < n)
+			v = *(const float4 *)(q + ((size_t)t * nh + kh * rep + r % rep) * hd + d4 * 4);
+		*(float4 *)(Qs + r * LDH + d4 * 4) = v;
+	}
+	int rp[4], rlo[4]; /* each row's position and first visible key */
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int r = min(ty + 16 * i, R - 1), t = min(q0 + r / rep, n - 1);
+		rp[i] = pos0 + t;
+		rlo[i] = window > 0 && rp[i] - window + 1 > 0 ? rp[i] - window + 1 : 0;
+	}
+	const int kend = pos0 + min(q0 + bq - 1, n - 1); /* last key any row sees */
+	const int kbeg = window > 0 && pos0 + q0 - window + 1 > 0 ? pos0 + q0 - window + 1 : 0;
+	const int nt = (kend - kbeg) / FA_KT + 1;
+	/* keys past kend read row kend (written, finite: p = 0 must not meet a NaN) */
+	auto issue = [&](int it) {
+		const int j0 = kbeg + it * FA_KT;
+		float *kd = Ks + (it & 1) * FA_KT * LDH, *vd = Vs + (it & 1) * FA_KT * LDH;
+		for (int i = tid; i < FA_KT * hd4; i += FA_THREADS) {
+			const int jj = i / hd4, d4 = i - jj * hd4, j = min(j0 + jj, kend);
+			const size_t off = ((size_t)j * nkv + kh) * hd + d4 * 4;
+			cp_async<16>(smem_u32(kd + jj * LDH + d4 * 4), kc + off);
+			cp_async<16>(smem_u32(vd + jj * LDH + d4 * 4), vc + off);
+		}
+	};
+	float m[4], l[4], acc[4][NI][4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		m[i] = -INFINITY;
+		l[i] = 0.0f;
+#pragma unroll
+		for (int k = 0; k < NI; k++)
+#pragma unroll
+			for (int c = 0; c < 4; c++)
+				acc[i][k][c] = 0.0f;
+	}
+	issue(0);
+	cp_commit();
+	for (int it = 0; it < nt; it++) {
+		if (it + 1 < nt)
+			issue(it + 1);
+		cp_commit();
+		cp_wait<1>();
+		__syncthreads(); /* tile it (and, first time, Q) visible to all */
+		const float *Kt = Ks + (it & 1) * FA_KT * LDH, *Vt = Vs + (it & 1) * FA_KT * LDH;
+		float s[4][4];
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				s[i][j] = 0.0f;
+#pragma unroll 2
+		for (int d4 = 0; d4 < hd4; d4++) {
+			float4 qv[4], kv[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				qv[i] = *(const float4 *)(Qs + (ty + 16 * i) * LDH + d4 * 4);
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				kv[j] = *(const float4 *)(Kt + (tx + 8 * j) * LDH + d4 * 4);
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					s[i][j] = fmaf(qv[i].x, kv[j].x, fmaf(qv[i].y, kv[j].y,
+						  fmaf(qv[i].z, kv[j].z, fmaf(qv[i].w, kv[j].w, s[i][j]))));
+		}
+		const int j0 = kbeg + it * FA_KT;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			float mx = -INFINITY;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const int key = j0 + tx + 8 * j;
+				float v = s[i][j] * scale;
+				if (softcap > 0.0f)
+					v = softcap * tanhf(v / softcap);
+				if (key > rp[i] || key < rlo[i])
+					v = -INFINITY;
+				s[i][j] = v;
+				mx = fmaxf(mx, v);
+			}
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+			const float mn = fmaxf(m[i], mx);
+			const float al = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
+			float sum = 0.0f;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				s[i][j] = s[i][j] == -INFINITY ? 0.0f : expf(s[i][j] - mn);
+				sum += s[i][j];
+			}
+			sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+			sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+			sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+			l[i] = l[i] * al + sum;
+			m[i] = mn;
+#pragma unroll
+			for (int k = 0; k < NI; k++)
+#pragma unroll
+				for (int c = 0; c < 4; c++)
+					acc[i][k][c] *= al;
+		}
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			*(float4 *)(Ps + (tx + 8 * j) * (FA_R + 4) + ty * 4) = make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
+		__syncthreads();
+#pragma unroll 4
+		for (int jj = 0; jj < FA_KT; jj++) {
+			const float4 pv = *(const float4 *)(Ps + jj * (FA_R + 4) + ty * 4);
+			const float p[4] = {pv.x, pv.y, pv.z, pv.w};
+#pragma unroll
+			for (int k = 0; k < NI; k++) {
+				if ((tx + 8 * k) * 4 >= hd)
+					break;
+				const float4 vv = *(const float4 *)(Vt + jj * LDH + (tx + 8 * k) * 4);
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					acc[i][k][0] = fmaf(p[i], vv.x, acc[i][k][0]);
+					acc[i][k][1] = fmaf(p[i], vv.y, acc[i][k][1]);
+					acc[i][k][2] = fmaf(p[i], vv.z, acc[i][k][2]);
+					acc[i][k][3] = fmaf(p[i], vv.w, acc[i][k][3]);
+				}
+			}
+		}
+		__syncthreads(); /* the next issue refills this K/V buffer; Ps is rewritten */
+	}
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const int r = ty + 16 * i, t = q0 + r / rep;
+		if (r >= R || t >= n)
+			continue;
+		const float inv = 1.0f / l[i];
+		float *o = out + ((size_t)t * nh + kh * rep + r % rep) * hd;
+#pragma unroll
+		for (int k = 0; k < NI; k++) {
+			const int d = (tx + 8 * k) * 4;
+			if (d < hd)
+				*(float4 *)(o + d) = make_float4(acc[i][k][0] * inv, acc[i][k][1] * inv, acc[i][k][2] * inv,
+								 acc[i][k][3] * inv);
+		}
+	}
+}
+
+static int g_att_impl; /* kc_attention_impl */
+
+extern "C" int kc_attention_impl(int impl)
+{
+	int old = g_att_impl;
+	if (impl >= 0)
+		g_att_impl = impl;
+	return old;
+}
+
+static int fa_attr(void)
+{
+	CK(cudaFuncSetAttribute(k_attn_flash<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(64)));
+	CK(cudaFuncSetAttribute(k_attn_flash<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(128)));
+	CK(cudaFuncSetAttribute(k_attn_flash<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(256)));
+	return 0;
+}
+
+/* n >= 16 queries, head_dim a multiple of 4 up to 256, rep <= 64, every
+ * pointer 16-byte aligned; else the chunk kernels */
+static int fa_try(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
+		  int nh, int nkv, int hd, float scale, int window, float softcap)
+{
+	const int rep = nh / nkv;
+	if (g_att_impl != 0 || n < 16 || hd % 4 || hd > 256 || rep > FA_R ||
+	    (((uintptr_t)q | (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)out) & 15))
+		return 1;
+	const int bq = FA_R / rep;
+	dim3 grid((n + bq - 1) / bq, nkv);
+	const size_t smem = fa_smem(hd);
+	if (hd <= 64)
+		k_attn_flash<2><<<grid, FA_THREADS, smem, g_stream>>>(q, kcache, vcache, out, n, nh, nkv, hd, scale, window,
+								     softcap, d_pos);
+	else if (hd <= 128)
+		k_attn_flash<4><<<grid, FA_THREADS, smem, g_stream>>>(q, kcache, vcache, out, n, nh, nkv, hd, scale, window,
+								     softcap, d_pos);
+	else
+		k_attn_flash<8><<<grid, FA_THREADS, smem, g_stream>>>(q, kcache, vcache, out, n, nh, nkv, hd, scale, window,
+								     softcap, d_pos);
+	LAUNCHED("k_attn_flash");
+	return 0;
+}
+
 extern "C" int kc_attention(const float *q, const float *kcache, const float *vcache, float *out, int n,
 			    const int *d_pos, int nh, int nkv, int hd, float scale, int window, float softcap,
 			    int max_keys, void *scratch)
@@ -2294,6 +2560,9 @@ extern "C" int kc_attention(const float *q, const float *kcache, const float *vc
 	}
 	if (n < 1)
 		return 0;
+	int fa = fa_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap);
+	if (fa <= 0)
+		return fa;
 	int chunk = att_chunk(n, max_keys), nchunks = (max_keys + chunk - 1) / chunk;
 	int rep = nh / nkv, ngroups = (rep + ATT_G - 1) / ATT_G;
 	dim3 grid(n, nkv * ngroups, nchunks);

@@ -80,7 +80,8 @@ int kc_fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed);
 int kc_linear(const kq_matrix *m, const float *x, int n, const float *bias, float *y);
 int kc_linear_reserve(int n, int cols);
 /* Which GEMM n > 1 takes: 0 (default) the tensor-core kernel where it
- * applies, 1 the SIMT kernel always (tests and benchmarks compare them).
+ * applies, 1 the SIMT kernel always, 2 the tensor-core kernel with k steps
+ * of 64 columns where it can (tests and benchmarks compare them).
  * impl < 0 only reads; returns the previous setting; not thread-safe. */
 int kc_gemm_impl(int impl);
 /* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one
@@ -128,8 +129,15 @@ int kc_softcap(float *x, size_t n, float cap);
  * scratch: kc_attention_scratch(n, nh, hd, max_keys) bytes. */
 #define KC_ATT_CHUNK 256
 size_t kc_attention_scratch(int n, int nh, int hd, int max_keys);
+/* n >= 16 (prefill) takes the tiled kernel instead (64 (query, head) rows
+ * of one kv head per block share each K/V tile; no scratch) where head_dim
+ * is a multiple of 4 up to 256 and the pointers are 16-byte aligned. */
 int kc_attention(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
 		 int nh, int nkv, int hd, float scale, int window, float softcap, int max_keys, void *scratch);
+/* Which kernel prefill attention (n >= 16) takes: 0 (default) the tiled
+ * kernel, 1 the chunk kernels (tests and benchmarks compare them). impl < 0
+ * only reads; returns the previous setting; not thread-safe. */
+int kc_attention_impl(int impl);
 /* Greedy token selection on the device: d_out[0] = argmax(logits[vocab])
  * (lowest index on ties, as sampler_argmax), and if d_hist, d_hist[*d_pos]
  * = the token too. */

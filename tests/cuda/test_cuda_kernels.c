@@ -222,6 +222,12 @@ static void test_linear(const kernel_table *R, int rows, int cols, int bits, int
 	host_free(&h);
 }
 
+static const char *gemm_impl_name(void)
+{
+	int i = kc_gemm_impl(-1);
+	return i == 1 ? "simt" : i == 2 ? "tc64" : "tc";
+}
+
 /* The prefill GEMM alone: n tokens (n > 1), poisoned output, bias on odd
  * n. Token 0 is all zeros (output = bias) and token 1 holds one value of
  * 3e5 (over f16's range unless x is scaled per token) among values of
@@ -247,12 +253,12 @@ static void test_gemm(const kernel_table *R, int rows, int cols, int bits, int g
 	if (kc_linear(&d, dx, n, use_bias ? db : NULL, dy))
 		die("kc_linear");
 	/* tokens 0-1 apart: the outlier's outputs would hide the others' errors */
-	snprintf(name, sizeof(name), "gemm%s b%d g%d %s %dx%d n%d%s t0-1", kc_gemm_impl(-1) ? " simt" : " tc", bits,
-		 gs, dtn(sdt), rows, cols, n, use_bias ? " +bias" : "");
+	snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s t0-1", gemm_impl_name(), bits, gs, dtn(sdt), rows,
+		 cols, n, use_bias ? " +bias" : "");
 	compare(name, dy, ref, (size_t)2 * rows, TOL_LINEAR);
 	if (n > 2) {
-		snprintf(name, sizeof(name), "gemm%s b%d g%d %s %dx%d n%d%s", kc_gemm_impl(-1) ? " simt" : " tc", bits,
-			 gs, dtn(sdt), rows, cols, n, use_bias ? " +bias" : "");
+		snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s", gemm_impl_name(), bits, gs, dtn(sdt),
+			 rows, cols, n, use_bias ? " +bias" : "");
 		compare(name, dy + (size_t)2 * rows, ref + (size_t)2 * rows, (size_t)(n - 2) * rows, TOL_LINEAR);
 	}
 	kc_free(dx);
@@ -509,8 +515,8 @@ static void test_attention(const kernel_table *R, int n, int pos0, int nh, int n
 	if (kc_attention(dq, dk, dv, dy, n, dpos, nh, nkv, hd, scale, window, softcap, ctx, sc))
 		die("kc_attention");
 	char name[96];
-	snprintf(name, sizeof(name), "attention n%d pos%d h%d/%d hd%d win%d cap%g", n, pos0, nh, nkv, hd, window,
-		 (double)softcap);
+	snprintf(name, sizeof(name), "attention%s n%d pos%d h%d/%d hd%d win%d cap%g",
+		 kc_attention_impl(-1) ? " chunk" : "", n, pos0, nh, nkv, hd, window, (double)softcap);
 	compare(name, dy, ref, qn, TOL_ATT);
 	kc_free(dq); kc_free(dk); kc_free(dv); kc_free(dy); kc_free(dpos); kc_free(sc);
 	free(q); free(k); free(v); free(ref); free(scratch);
@@ -601,16 +607,21 @@ int main(int argc, char **argv)
 	 * 600 (partial token tiles of 64), 160 rows (a partial row tile of
 	 * 128), one to four groups per row (k steps 1 to 16) */
 	static const int gemm_n[] = {2, 63, 129, 600};
-	for (int bi = 0; bi < 6; bi++)
-		for (int gi = 0; gi < 3; gi++)
-			for (int dt = 0; dt < KDT_COUNT; dt++)
-				for (int k = 0; k < 4; k++)
-					test_gemm(R, 160, groups[gi] * (1 + (k + bi) % 4), bits[bi], groups[gi], (kdtype)dt,
-						  gemm_n[k]);
-	test_gemm(R, 300, 4096, 4, 64, KDT_F16, 200);   /* real widths */
-	test_gemm(R, 257, 14336, 4, 64, KDT_BF16, 65);
-	test_gemm(R, 130, 4096, 8, 64, KDT_BF16, 600);
-	test_gemm(R, 129, 2048, 8, 128, KDT_F16, 77);
+	for (int impl = 0; impl <= 2; impl += 2) { /* k steps of 32 columns, then of 64 where they apply */
+		kc_gemm_impl(impl);
+		for (int bi = 0; bi < 6; bi++)
+			for (int gi = 0; gi < 3; gi++)
+				for (int dt = 0; dt < KDT_COUNT; dt++)
+					for (int k = 0; k < 4; k++)
+						test_gemm(R, 160, groups[gi] * (1 + (k + bi + impl) % 4), bits[bi], groups[gi],
+							  (kdtype)dt, gemm_n[(k + impl) % 4]);
+		test_gemm(R, 300, 4096, 4, 64, KDT_F16, 200); /* real widths */
+		test_gemm(R, 257, 14336, 4, 64, KDT_BF16, 65);
+		test_gemm(R, 130, 4096, 8, 64, KDT_BF16, 600);
+		test_gemm(R, 129, 2048, 8, 128, KDT_F16, 77);
+		test_gemm(R, 140, 1056, 4, 32, KDT_F32, 90); /* 33 groups of 32: the last k step of 32 columns */
+	}
+	kc_gemm_impl(0);
 	/* the SIMT GEMM (dense weights take it always; every matrix under kc_gemm_impl(1)) */
 	kc_gemm_impl(1);
 	for (int bi = 0; bi < 6; bi += 2)
@@ -631,13 +642,21 @@ int main(int argc, char **argv)
 	test_rope(R, 1, 4, 1, 256, 256, 1, 1.0f, 123456);
 	for (int act = 0; act < 3; act++)
 		test_glu(R, act);
+	/* prefill (n >= 16) takes the tiled kernel; the same cases and an
+	 * 8B-like prompt on it, then on the chunk kernels */
+	for (int impl = 0; impl < 2; impl++) {
+		kc_attention_impl(impl);
+		test_attention(R, 37, 5, 4, 1, 64, 16, 50.0f);    /* window, softcap */
+		test_attention(R, 20, 0, 16, 1, 256, 0, 0);       /* rep 16, head_dim 256 */
+		test_attention(R, 300, 20, 6, 2, 96, 0, 0);       /* rep 3 (21 queries per block), head_dim 96 */
+		test_attention(R, 70, 600, 8, 8, 32, 100, 0);     /* MHA, window across tiles */
+		test_attention(R, 530, 0, 32, 8, 128, 0, 0);      /* 8B heads, partial last tile */
+		test_attention(R, 65, 1000, 12, 4, 80, 300, 0);   /* head_dim 80, window, a later chunk of a prompt */
+	}
+	kc_attention_impl(0);
 	test_attention(R, 1, 0, 4, 2, 64, 0, 0);          /* first token */
 	test_attention(R, 1, 300, 8, 2, 128, 0, 0);       /* decode, GQA 4 */
 	test_attention(R, 1, 4100, 32, 8, 128, 0, 0);     /* decode at 4K, 8B shape */
-	test_attention(R, 37, 5, 4, 1, 64, 16, 50.0f);    /* prefill, window, softcap */
-	test_attention(R, 20, 0, 16, 1, 256, 0, 0);       /* rep 16: two groups per kv head */
-	test_attention(R, 300, 20, 6, 2, 96, 0, 0);       /* head_dim not a power of 2, several chunks */
-	test_attention(R, 70, 600, 8, 8, 32, 100, 0);     /* MHA, window across chunks */
 	test_attention(R, 1, 700, 8, 2, 128, 100, 30.0f); /* decode kernel: window across chunks, softcap */
 	test_attention(R, 9, 200, 6, 2, 96, 0, 0);        /* decode kernel, 9 queries, head_dim 96 */
 	test_attention(R, 3, 64, 16, 2, 256, 0, 0);       /* decode kernel, rep 8, head_dim 256, chunk edge */
