@@ -26,7 +26,7 @@ LIB_OBJ = $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC = $(wildcard tests/unit/test_*.c)
 TEST_BIN = $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps pyenv fixtures test unit-test py-test asan demo clean kbench
+.PHONY: all deps pyenv fixtures test unit-test py-test asan demo clean kbench stepbench
 .PHONY: fuzz fuzz-bins fuzz-smoke fuzz-run fuzz-campaign release release-tools
 BINS = $(BUILD)/mlxr $(BUILD)/mlxr-worker $(BUILD)/mlxr-fetcher
 all: $(BINS) $(TEST_BIN)
@@ -92,6 +92,11 @@ release:
 kbench: $(BUILD)/kbench
 	$(BUILD)/kbench
 $(BUILD)/kbench: $(BUILD)/obj/bench/kbench.o $(BUILD)/libmlxr.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# The matvecs of a whole decode step, one matvec each vs matvec_multi.
+stepbench: $(BUILD)/stepbench
+	$(BUILD)/stepbench -s smollm2-135m && $(BUILD)/stepbench -s llama3.2-1b -r 7
+$(BUILD)/stepbench: $(BUILD)/obj/bench/stepbench.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # mlxr against llama.cpp and mlx-lm on the same shapes, bits and machine
 # (bench/run.py; not a test). BENCH_ARGS="--shapes llama3.2-1b --bits 4",

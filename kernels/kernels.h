@@ -76,6 +76,14 @@ typedef struct {
 
 	/* y[rows] = W x[cols] (+ bias[rows] if bias != NULL, f32). */
 	void (*matvec)(const kq_matrix *m, const float *x, const float *bias, float *y);
+	/* y[k] = ms[k] x (+ bias[k]) for k in [0, nm): several matrices of
+	 * the same cols read one x (q/k/v, gate/up). The fast tables prepare
+	 * x once and split the rows of all nm matrices across the pool in one
+	 * hand-off; each y[k] has the same bits as matvec(ms[k], ...) of the
+	 * same table. bias may be NULL (no bias for any), or bias[k] NULL for
+	 * one. The y[k] must not overlap each other or x. */
+	void (*matvec_multi)(const kq_matrix *const *ms, int nm, const float *x, const float *const *bias,
+			     float *const *y);
 	/* Y[n][rows] = X[n][cols] W^T (+ bias). Prefill: each weight tile is
 	 * decoded once and applied to many tokens. */
 	void (*matmul)(const kq_matrix *m, const float *x, int n, const float *bias, float *y);

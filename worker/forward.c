@@ -66,6 +66,19 @@ static void linear(const kernel_table *K, const kq_matrix *w, const float *x, in
 		K->matmul(w, x, n, bias, y);
 }
 
+/* Several matrices on the same x: one matvec_multi for one token (x
+ * prepared once, one hand-off to the pool), a GEMM each for many. */
+static void linear_multi(const kernel_table *K, const kq_matrix *const *w, int nw, const float *x, int n,
+			 const float *const *bias, float *const *y)
+{
+	if (n == 1) {
+		K->matvec_multi(w, nw, x, bias, y);
+		return;
+	}
+	for (int k = 0; k < nw; k++)
+		K->matmul(w[k], x, n, bias ? bias[k] : NULL, y[k]);
+}
+
 static void softcap(float *x, size_t n, float cap)
 {
 	for (size_t i = 0; i < n; i++)
@@ -162,9 +175,10 @@ int model_forward(const model *m, model_state *s, const int *tokens, int n, int 
 				memcpy(s->vv + (size_t)t * kvd, f + qd + kvd, sizeof(float) * kvd);
 			}
 		} else {
-			linear(K, &L->q, s->xb, n, L->q_bias, s->q);
-			linear(K, &L->k, s->xb, n, L->k_bias, s->kk);
-			linear(K, &L->v, s->xb, n, L->v_bias, s->vv);
+			const kq_matrix *w[3] = {&L->q, &L->k, &L->v};
+			const float *b[3] = {L->q_bias, L->k_bias, L->v_bias};
+			float *y[3] = {s->q, s->kk, s->vv};
+			linear_multi(K, w, 3, s->xb, n, b, y);
 		}
 		PROF(WC_PROF_QKV, t0,
 		     model_matrix_bytes(&L->q) + (c->fused_qkv ? 0 : model_matrix_bytes(&L->k) + model_matrix_bytes(&L->v)));
@@ -214,8 +228,9 @@ int model_forward(const model *m, model_state *s, const int *tokens, int n, int 
 				memcpy(s->up + (size_t)t * I, s->fused + (size_t)t * 2 * I + I, sizeof(float) * I);
 			}
 		} else {
-			linear(K, &L->gate, s->xb, n, NULL, s->gate);
-			linear(K, &L->up, s->xb, n, NULL, s->up);
+			const kq_matrix *w[2] = {&L->gate, &L->up};
+			float *y[2] = {s->gate, s->up};
+			linear_multi(K, w, 2, s->xb, n, NULL, y);
 		}
 		PROF(WC_PROF_GATE_UP, t0,
 		     model_matrix_bytes(&L->gate) + (c->fused_qkv ? 0 : model_matrix_bytes(&L->up)));

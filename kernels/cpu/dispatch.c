@@ -89,3 +89,40 @@ void k_group_sums(const float *x, int cols, int gs, float *xs)
 		xs[g] = s;
 	}
 }
+
+void k_split_init(k_split *s, const kq_matrix *const *ms, int n)
+{
+	int total = 0;
+	for (int k = 0; k < n; k++)
+		total += ms[k]->rows;
+	s->n = n;
+	s->chunk = k_rows_chunk(total, (size_t)ms[0]->cols, 2);
+	s->first[0] = 0;
+	for (int k = 0; k < n; k++) {
+		s->rows[k] = ms[k]->rows;
+		s->first[k + 1] = s->first[k] + (ms[k]->rows + s->chunk - 1) / s->chunk;
+	}
+}
+
+int k_split_task(const k_split *s, int i, int *r0, int *r1)
+{
+	int k = 0;
+	while (k + 1 < s->n && i >= s->first[k + 1])
+		k++;
+	*r0 = (i - s->first[k]) * s->chunk;
+	*r1 = *r0 + s->chunk < s->rows[k] ? *r0 + s->chunk : s->rows[k];
+	return k;
+}
+
+void k_split_run(const k_split *s, void (*fn)(void *arg, int i), void *arg)
+{
+	int total = 0;
+	for (int k = 0; k < s->n; k++)
+		total += s->rows[k];
+	if (s->chunk < total) {
+		kpool_for(s->first[s->n], fn, arg);
+		return;
+	}
+	for (int i = 0; i < s->first[s->n]; i++)
+		fn(arg, i);
+}

@@ -110,18 +110,18 @@ AI void dec16(const uint8_t *p, int bits, const dec_t *d, __m256 *c0, __m256 *c1
 
 /* ---- matvec ------------------------------------------------------------- */
 
-/* Software prefetch distance, in rows, and what it prefetches: the cache
- * lines that start in bytes [off, off+len) of the rows PF_ROWS after w0
- * and w1 (kernels_avx512.c, mv_rows_q, says why). */
-#define PF_ROWS 2
-AI void pf_rows(const uint8_t *w0, const uint8_t *w1, size_t rb, size_t off, size_t len)
+/* Software prefetch: the cache lines that start in bytes [off, off+len)
+ * of the rows `ahead` bytes after w0 and w1 (k_pf_ahead; kernels_avx512.c,
+ * mv_rows_q, says why). */
+AI void pf_rows(const uint8_t *w0, const uint8_t *w1, size_t ahead, size_t off, size_t len)
 {
 	for (size_t o = (off + 63) & ~(size_t)63; o < off + len; o += 64) {
-		_mm_prefetch((const char *)(w0 + PF_ROWS * rb + o), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w1 + PF_ROWS * rb + o), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w0 + ahead + o), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w1 + ahead + o), _MM_HINT_T0);
 	}
 }
 
+/* One matrix of a matvec_multi call (a plain matvec is a call of one). */
 typedef struct {
 	const kq_matrix *m;
 	const float *x;
@@ -129,9 +129,14 @@ typedef struct {
 	const float *xp; /* 4-bit only: x with each block of 16 split even/odd */
 	const float *bias;
 	float *y;
-	int chunk;
+	size_t ahead; /* prefetch distance in bytes (k_pf_ahead) */
 	dec_t d;
 } mv_job;
+
+typedef struct {
+	mv_job j[K_MAX_MULTI];
+	k_split sp;
+} mv_multi;
 
 AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
 {
@@ -149,7 +154,7 @@ AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits)
 		__m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
 		float bs0 = 0.0f, bs1 = 0.0f;
 		for (int g = 0; g < ng; g++) {
-			pf_rows(w0, w1, rb, (size_t)g * (size_t)gbytes, (size_t)gbytes);
+			pf_rows(w0, w1, j->ahead, (size_t)g * (size_t)gbytes, (size_t)gbytes);
 			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
 			const float *xg = x + (size_t)g * (size_t)gs;
 			__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -213,7 +218,7 @@ AI void mv_rows_q4(const mv_job *j, int r0, int r1)
 		__m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
 		float bs0 = 0.0f, bs1 = 0.0f;
 		for (int g = 0; g < ng; g++) {
-			pf_rows(w0, w1, rb, (size_t)g * (size_t)gbytes, (size_t)gbytes);
+			pf_rows(w0, w1, j->ahead, (size_t)g * (size_t)gbytes, (size_t)gbytes);
 			const uint8_t *p0 = w0 + (size_t)g * (size_t)gbytes, *p1 = w1 + (size_t)g * (size_t)gbytes;
 			const float *xg = x + (size_t)g * (size_t)gs;
 			__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -258,10 +263,8 @@ AI void mv_rows_dense(const mv_job *j, int r0, int r1, const kdtype wdt)
 	}
 }
 
-static void mv_task(void *arg, int i)
+static void mv_range(const mv_job *j, int r0, int r1)
 {
-	const mv_job *j = arg;
-	int r0 = i * j->chunk, r1 = r0 + j->chunk < j->m->rows ? r0 + j->chunk : j->m->rows;
 	switch (j->m->bits) {
 	case 0:
 		if (j->m->wdt == KDT_F32)
@@ -285,6 +288,13 @@ static void mv_task(void *arg, int i)
 	}
 }
 
+static void mv_task(void *arg, int i)
+{
+	const mv_multi *mm = arg;
+	int r0, r1, k = k_split_task(&mm->sp, i, &r0, &r1);
+	mv_range(&mm->j[k], r0, r1);
+}
+
 /* xp[b*16 + i] = x[b*16 + 2i], xp[b*16 + 8 + i] = x[b*16 + 2i + 1]. */
 static void x_even_odd(const float *x, int cols, float *xp)
 {
@@ -305,27 +315,70 @@ static void x_group_sums(const float *x, int cols, int gs, float *xs)
 	}
 }
 
+/* As avx512_matvec_multi: x prepared once, one hand-off for the rows of
+ * all the matrices, each row computed as matvec computes it alone. */
+static void avx2_matvec_multi(const kq_matrix *const *ms, int nm, const float *x, const float *const *bias,
+			      float *const *y)
+{
+	if (nm > K_MAX_MULTI) {
+		avx2_matvec_multi(ms + K_MAX_MULTI, nm - K_MAX_MULTI, x, bias ? bias + K_MAX_MULTI : NULL,
+				  y + K_MAX_MULTI);
+		nm = K_MAX_MULTI;
+	}
+	if (nm <= 0)
+		return;
+	const int cols = ms[0]->cols;
+	mv_multi mm;
+	const kq_matrix *use[K_MAX_MULTI];
+	int gsv[K_MAX_MULTI], gso[K_MAX_MULTI], ngs = 0, nxs = 0, want_xp = 0, nu = 0;
+	for (int k = 0; k < nm; k++) {
+		const kq_matrix *m = ms[k];
+		const float *b = bias ? bias[k] : NULL;
+		if (m->rows <= 0)
+			continue;
+		if (m->bits != 0 && m->cols / m->group_size > K_MAX_GROUPS) {
+			k_table_ref.matvec(m, x, b, y[k]);
+			continue;
+		}
+		mm.j[nu] = (mv_job){.m = m, .x = x, .bias = b, .y = y[k], .ahead = k_pf_ahead(k_row_bytes(m))};
+		use[nu++] = m;
+		if (m->bits == 4 && cols <= K_MAX_PERM_COLS)
+			want_xp = 1;
+		int g = 0;
+		while (m->bits != 0 && g < ngs && gsv[g] != m->group_size)
+			g++;
+		if (m->bits != 0 && g == ngs) {
+			gsv[ngs] = m->group_size;
+			gso[ngs++] = nxs;
+			nxs += cols / m->group_size;
+		}
+	}
+	if (nu == 0)
+		return;
+	float xs[nxs > 0 ? nxs : 1], xp[want_xp ? cols : 1];
+	for (int g = 0; g < ngs; g++)
+		x_group_sums(x, cols, gsv[g], xs + gso[g]);
+	if (want_xp)
+		x_even_odd(x, cols, xp);
+	for (int k = 0; k < nu; k++) {
+		mv_job *j = &mm.j[k];
+		if (j->m->bits == 0)
+			continue;
+		int g = 0;
+		while (gsv[g] != j->m->group_size)
+			g++;
+		j->xs = xs + gso[g];
+		j->d = dec_init(j->m->bits);
+		if (j->m->bits == 4 && want_xp)
+			j->xp = xp;
+	}
+	k_split_init(&mm.sp, use, nu);
+	k_split_run(&mm.sp, mv_task, &mm);
+}
+
 static void avx2_matvec(const kq_matrix *m, const float *x, const float *bias, float *y)
 {
-	float xs[K_MAX_GROUPS];
-	if (m->rows <= 0)
-		return;
-	if (m->bits != 0 && m->cols / m->group_size > K_MAX_GROUPS) {
-		k_table_ref.matvec(m, x, bias, y);
-		return;
-	}
-	mv_job j = {.m = m, .x = x, .xs = xs, .bias = bias, .y = y};
-	if (m->bits != 0) {
-		x_group_sums(x, m->cols, m->group_size, xs);
-		j.d = dec_init(m->bits);
-	}
-	float xp[m->bits == 4 && m->cols <= K_MAX_PERM_COLS ? m->cols : 1];
-	if (m->bits == 4 && m->cols <= K_MAX_PERM_COLS) {
-		x_even_odd(x, m->cols, xp);
-		j.xp = xp;
-	}
-	j.chunk = k_rows_chunk(m->rows, (size_t)m->cols, 2);
-	kpool_for((m->rows + j.chunk - 1) / j.chunk, mv_task, &j);
+	avx2_matvec_multi(&m, 1, x, &bias, &y);
 }
 
 /* ---- dequantize a segment (embed, GEMM tiles) --------------------------- */
@@ -562,6 +615,7 @@ static void avx2_rope(float *x, int nheads, int head_dim, int rot_dim, int pos, 
 const kernel_table k_table_avx2 = {
 	.name = "avx2",
 	.matvec = avx2_matvec,
+	.matvec_multi = avx2_matvec_multi,
 	.matmul = avx2_matmul,
 	.embed = avx2_embed,
 	.rmsnorm = avx2_rmsnorm,

@@ -35,10 +35,6 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* Software prefetch distance of the matvec, in rows (see mv_rows_q). */
-#define PF_ROWS 2
-
-
 /* ---- loads ------------------------------------------------------------ */
 
 AI float ld_sb(kdtype dt, const uint8_t *p, size_t i)
@@ -118,16 +114,18 @@ AI void dec32(const uint8_t *p, int bits, const dec_t *d, __m512 *c0, __m512 *c1
 
 /* ---- matvec ------------------------------------------------------------- */
 
-/* Prefetch bytes [off, off+len) of the two rows PF_ROWS ahead of w0, w1.
- * A prefetch past the end of the tensor is harmless: it never faults. */
-AI void pf_rows(const uint8_t *w0, const uint8_t *w1, size_t rb, size_t off, int len)
+/* Prefetch bytes [off, off+len) of the two rows `ahead` bytes after w0, w1
+ * (k_pf_ahead: a whole number of row pairs). A prefetch past the end of
+ * the tensor is harmless: it never faults. */
+AI void pf_rows(const uint8_t *w0, const uint8_t *w1, size_t ahead, size_t off, int len)
 {
 	for (int o = 0; o < len; o += 64) {
-		_mm_prefetch((const char *)(w0 + PF_ROWS * rb + off + (size_t)o), _MM_HINT_T0);
-		_mm_prefetch((const char *)(w1 + PF_ROWS * rb + off + (size_t)o), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w0 + ahead + off + (size_t)o), _MM_HINT_T0);
+		_mm_prefetch((const char *)(w1 + ahead + off + (size_t)o), _MM_HINT_T0);
 	}
 }
 
+/* One matrix of a matvec_multi call (a plain matvec is a call of one). */
 typedef struct {
 	const kq_matrix *m;
 	const float *x;
@@ -135,9 +133,14 @@ typedef struct {
 	const float *xp; /* 4-bit only: x with each block of 32 split even/odd */
 	const float *bias;
 	float *y;
-	int chunk;
+	size_t ahead; /* prefetch distance in bytes (k_pf_ahead) */
 	dec_t d;
 } mv_job;
+
+typedef struct {
+	mv_job j[K_MAX_MULTI];
+	k_split sp;
+} mv_multi;
 
 /* Two rows at a time share every x load and give the core two independent
  * FMA chains per group; an odd last row runs as a pair with itself.
@@ -155,13 +158,16 @@ typedef struct {
  * order (dec32): four shuffle uops per 32 codes, 5.9 GB/s hot on one core
  * of the 16-core test host, against 6.6 for even/odd alone.
  *
- * Prefetch: the codes of the rows PF_ROWS ahead, one chunk of 16 groups
- * at a time. The rows are contiguous, so the stream is sequential, but a
- * 4 KiB row (8192 columns at 4 bits) is one page and the hardware
+ * Prefetch: the codes of the rows `ahead` bytes on, one chunk of 16
+ * groups at a time. The rows are contiguous, so the stream is sequential,
+ * but a 4 KiB row (8192 columns at 4 bits) is one page and the hardware
  * prefetcher stops at page boundaries: bench/kbench.c, 2 threads, from
- * DRAM, 11.2 GB/s of a 20.2 GB/s memory without, 15.6 with (1 and 4 rows
- * ahead: less). An earlier trial prefetching within the same row (#3)
- * gained nothing: the gain is in crossing into the next rows' pages.
+ * DRAM, 11.2 GB/s of a 20.2 GB/s memory without, 15.6 with 2 rows (8 KiB)
+ * ahead (1 and 4 rows ahead: less). An earlier trial prefetching within
+ * the same row (#3) gained nothing: the gain is in crossing into the next
+ * rows' pages. The distance is in bytes (k_pf_ahead), not rows: 2 rows of
+ * a 576-column matrix (SmolLM2) are only 576 bytes, too short to hide a
+ * DRAM miss.
  *
  * Tried and rejected (#4): x quantized to int16 per 32-block, codes x
  * activations summed in int32 with vpmaddwd (about 2/3 of this loop's
@@ -188,7 +194,7 @@ AI void mv_rows_q(const mv_job *j, int r0, int r1, const int bits, const int eo)
 		for (int gc = 0; gc < ng; gc += 16) {
 			const int gn = ng - gc < 16 ? ng - gc : 16;
 			const __mmask16 k = gn == 16 ? 0xffff : (__mmask16)((1u << gn) - 1);
-			pf_rows(w0, w1, rb, (size_t)gc * (size_t)gbytes, gn * gbytes);
+			pf_rows(w0, w1, j->ahead, (size_t)gc * (size_t)gbytes, gn * gbytes);
 			__m512 xsv = _mm512_maskz_loadu_ps(k, xs + gc);
 			u0 = _mm512_fmadd_ps(ld16(sdt, bi, g0 + (size_t)gc, k), xsv, u0);
 			u1 = _mm512_fmadd_ps(ld16(sdt, bi, g1 + (size_t)gc, k), xsv, u1);
@@ -249,10 +255,8 @@ AI void mv_rows_dense(const mv_job *j, int r0, int r1, const kdtype wdt)
 	}
 }
 
-static void mv_task(void *arg, int i)
+static void mv_range(const mv_job *j, int r0, int r1)
 {
-	const mv_job *j = arg;
-	int r0 = i * j->chunk, r1 = r0 + j->chunk < j->m->rows ? r0 + j->chunk : j->m->rows;
 	switch (j->m->bits) {
 	case 0:
 		if (j->m->wdt == KDT_F32)
@@ -274,6 +278,13 @@ static void mv_task(void *arg, int i)
 	case 6: mv_rows_q(j, r0, r1, 6, 0); break;
 	default: mv_rows_q(j, r0, r1, 8, 0); break;
 	}
+}
+
+static void mv_task(void *arg, int i)
+{
+	const mv_multi *mm = arg;
+	int r0, r1, k = k_split_task(&mm->sp, i, &r0, &r1);
+	mv_range(&mm->j[k], r0, r1);
 }
 
 /* xp[b*32 + i] = x[b*32 + 2i], xp[b*32 + 16 + i] = x[b*32 + 2i + 1]. */
@@ -298,27 +309,73 @@ static void x_group_sums(const float *x, int cols, int gs, float *xs)
 	}
 }
 
+/* Every matrix reads the same x: its group sums (one array per group size
+ * in use) and the 4-bit even/odd copy are made once, on the calling
+ * thread, and the rows of all matrices go to the pool as one job
+ * (k_split). Each row is computed exactly as a matvec of its matrix alone
+ * would: the results are the same bits. */
+static void avx512_matvec_multi(const kq_matrix *const *ms, int nm, const float *x, const float *const *bias,
+				float *const *y)
+{
+	if (nm > K_MAX_MULTI) {
+		avx512_matvec_multi(ms + K_MAX_MULTI, nm - K_MAX_MULTI, x, bias ? bias + K_MAX_MULTI : NULL,
+				    y + K_MAX_MULTI);
+		nm = K_MAX_MULTI;
+	}
+	if (nm <= 0)
+		return;
+	const int cols = ms[0]->cols;
+	mv_multi mm;
+	const kq_matrix *use[K_MAX_MULTI];
+	int gsv[K_MAX_MULTI], gso[K_MAX_MULTI], ngs = 0, nxs = 0, want_xp = 0, nu = 0;
+	for (int k = 0; k < nm; k++) {
+		const kq_matrix *m = ms[k];
+		const float *b = bias ? bias[k] : NULL;
+		if (m->rows <= 0)
+			continue;
+		if (m->bits != 0 && m->cols / m->group_size > K_MAX_GROUPS) {
+			k_table_ref.matvec(m, x, b, y[k]);
+			continue;
+		}
+		mm.j[nu] = (mv_job){.m = m, .x = x, .bias = b, .y = y[k], .ahead = k_pf_ahead(k_row_bytes(m))};
+		use[nu++] = m;
+		if (m->bits == 4 && cols <= K_MAX_PERM_COLS)
+			want_xp = 1;
+		int g = 0;
+		while (m->bits != 0 && g < ngs && gsv[g] != m->group_size)
+			g++;
+		if (m->bits != 0 && g == ngs) {
+			gsv[ngs] = m->group_size;
+			gso[ngs++] = nxs;
+			nxs += cols / m->group_size;
+		}
+	}
+	if (nu == 0)
+		return;
+	float xs[nxs > 0 ? nxs : 1], xp[want_xp ? cols : 1];
+	for (int g = 0; g < ngs; g++)
+		x_group_sums(x, cols, gsv[g], xs + gso[g]);
+	if (want_xp)
+		x_even_odd(x, cols, xp);
+	for (int k = 0; k < nu; k++) {
+		mv_job *j = &mm.j[k];
+		if (j->m->bits == 0)
+			continue;
+		int g = 0;
+		while (gsv[g] != j->m->group_size)
+			g++;
+		j->xs = xs + gso[g];
+		j->d = dec_init(j->m->bits);
+		if (j->m->bits == 4 && want_xp)
+			j->xp = xp;
+	}
+	k_split_init(&mm.sp, use, nu);
+	k_split_run(&mm.sp, mv_task, &mm);
+}
+
 static void avx512_matvec(const kq_matrix *m, const float *x, const float *bias, float *y)
 {
-	float xs[K_MAX_GROUPS];
-	if (m->rows <= 0)
-		return;
-	if (m->bits != 0 && m->cols / m->group_size > K_MAX_GROUPS) {
-		k_table_ref.matvec(m, x, bias, y);
-		return;
-	}
-	mv_job j = {.m = m, .x = x, .xs = xs, .bias = bias, .y = y};
-	if (m->bits != 0) {
-		x_group_sums(x, m->cols, m->group_size, xs);
-		j.d = dec_init(m->bits);
-	}
-	float xp[m->bits == 4 && m->cols <= K_MAX_PERM_COLS ? m->cols : 1];
-	if (m->bits == 4 && m->cols <= K_MAX_PERM_COLS) {
-		x_even_odd(x, m->cols, xp);
-		j.xp = xp;
-	}
-	j.chunk = k_rows_chunk(m->rows, (size_t)m->cols, 2);
-	kpool_for((m->rows + j.chunk - 1) / j.chunk, mv_task, &j);
+	avx512_matvec_multi(&m, 1, x, &bias, &y);
 }
 
 /* ---- dequantize a segment (embed, GEMM tiles) --------------------------- */
@@ -551,6 +608,7 @@ static void avx512_rope(float *x, int nheads, int head_dim, int rot_dim, int pos
 const kernel_table k_table_avx512 = {
 	.name = "avx512",
 	.matvec = avx512_matvec,
+	.matvec_multi = avx512_matvec_multi,
 	.matmul = avx512_matmul,
 	.embed = avx512_embed,
 	.rmsnorm = avx512_rmsnorm,

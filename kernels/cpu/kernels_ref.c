@@ -58,6 +58,15 @@ static void ref_matvec(const kq_matrix *m, const float *x, const float *bias, fl
 	ref_matmul(m, x, 1, bias, y);
 }
 
+/* One matvec after the other: the oracle for the fast tables' one-dispatch
+ * version. */
+static void ref_matvec_multi(const kq_matrix *const *ms, int nm, const float *x, const float *const *bias,
+			     float *const *y)
+{
+	for (int k = 0; k < nm; k++)
+		ref_matvec(ms[k], x, bias ? bias[k] : NULL, y[k]);
+}
+
 static void ref_embed(const kq_matrix *m, int row, float *out)
 {
 	for (int j = 0; j < m->cols; j++)
@@ -171,6 +180,7 @@ static void ref_attention(const float *q, const void *k, const void *v, kdtype k
 const kernel_table k_table_ref = {
 	.name = "ref",
 	.matvec = ref_matvec,
+	.matvec_multi = ref_matvec_multi,
 	.matmul = ref_matmul,
 	.embed = ref_embed,
 	.rmsnorm = ref_rmsnorm,

@@ -72,6 +72,41 @@ static inline float k_deq(const kq_matrix *m, int row, int col)
  * multiply-adds. Returns the chunk used. */
 int k_rows_chunk(int rows, size_t work_per_row, int align);
 
+/* matvec_multi's work split. Matrices per dispatch: q/k/v is 3, gate/up
+ * 2; a longer list is run K_MAX_MULTI at a time. */
+#define K_MAX_MULTI 8
+typedef struct {
+	int n;                      /* matrices */
+	int chunk;                  /* rows per task, even */
+	int first[K_MAX_MULTI + 1]; /* first task of matrix k; first[n]: tasks in all */
+	int rows[K_MAX_MULTI];
+} k_split;
+/* One chunk size for the n matrices' rows together (k_rows_chunk of the
+ * sum; they share cols), so the pool balances rows of all of them; a task
+ * never spans two matrices. n <= K_MAX_MULTI, every rows > 0. */
+void k_split_init(k_split *s, const kq_matrix *const *ms, int n);
+/* The matrix task i works on (its index), and the rows [*r0, *r1). */
+int k_split_task(const k_split *s, int i, int *r0, int *r1);
+/* fn(arg, i) for every task: through the pool, or inline on the calling
+ * thread when k_rows_chunk kept all the rows in one chunk (too little
+ * work for a hand-off, or no pool). */
+void k_split_run(const k_split *s, void (*fn)(void *arg, int i), void *arg);
+
+/* Software prefetch distance of the quantized matvec for rows of `rb`
+ * bytes: a whole number of row pairs (the kernels walk rows two at a
+ * time), at least 2 rows and at least K_PF_BYTES. 8 KiB: 2 rows of the
+ * 8192-column matrix where it was first measured (kernels_avx512.c,
+ * mv_rows_q); for 576-column rows (SmolLM2) 2 rows were 576 bytes, and
+ * bench/stepbench.c's whole decode step of that shape ran ~10% faster
+ * with 4 or 8 KiB (loaded machine, rounds alternated: 13.4 -> 11.9-12.0
+ * ms/token); 16 KiB was no better on the Llama-3.2-1B shape. */
+#define K_PF_BYTES 8192
+static inline size_t k_pf_ahead(size_t rb)
+{
+	size_t pairs = (K_PF_BYTES + 2 * rb - 1) / (2 * rb);
+	return (pairs < 1 ? 1 : pairs) * 2 * rb;
+}
+
 /* Attention (kernel_table.attention) of the fast tables, in their own
  * files (attention_avx2.c, attention_avx512.c) apart from the matvec. */
 void k_attention_avx2(const float *q, const void *k, const void *v, kdtype kvdt, float *out, int n, int pos0,

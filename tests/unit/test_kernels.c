@@ -226,6 +226,126 @@ static void test_matrix(const kernel_table *t, int rows, int cols, int bits, int
 	tmat_free(&tm);
 }
 
+/* matvec_multi on nm matrices of the same cols (kernels.h): each y[k]
+ * against the reference matvec of ms[k] within TOL_DOT, and bit for bit
+ * against this table's own matvec of ms[k] (the contract); outputs
+ * poisoned with NaN first and followed by a guard that must stay
+ * untouched. bias_mode 0: bias == NULL; 1: every matrix has one; 2: the
+ * odd-numbered matrices have none. */
+static void multi_case(const kernel_table *t, const char *what, const kq_matrix *const *ms, int nm, int bias_mode)
+{
+	const kernel_table *ref = kernels_ref();
+	const int cols = ms[0]->cols;
+	float *x = fvec(cols + 1, -1, 1), *xu = x + 1;
+	const float *bias[16];
+	float *y[16], *want[16], *alone[16], *ad[16];
+	uint32_t nanbits = 0x7fc00123u;
+	float poison;
+	memcpy(&poison, &nanbits, 4);
+	for (int k = 0; k < nm; k++) {
+		int rows = ms[k]->rows;
+		bias[k] = bias_mode == 1 || (bias_mode == 2 && k % 2 == 0) ? fvec(rows, -1, 1) : NULL;
+		y[k] = malloc(sizeof(float) * (size_t)(rows + 1));
+		for (int r = 0; r <= rows; r++)
+			y[k][r] = poison;
+		want[k] = malloc(sizeof(float) * (size_t)rows);
+		alone[k] = malloc(sizeof(float) * (size_t)rows);
+		ad[k] = malloc(sizeof(float) * (size_t)rows);
+		ref->matvec(ms[k], xu, bias[k], want[k]);
+		t->matvec(ms[k], xu, bias[k], alone[k]);
+		absdots(ms[k], xu, ad[k]);
+	}
+	t->matvec_multi(ms, nm, xu, bias_mode ? bias : NULL, y);
+	for (int k = 0; k < nm; k++) {
+		char w[160];
+		snprintf(w, sizeof w, "matvec_multi %s bias=%d matrix %d/%d", what, bias_mode, k, nm);
+		check_dot(w, t, ms[k], y[k], want[k], ad[k], 1);
+		g_checks++;
+		if (memcmp(y[k], alone[k], sizeof(float) * (size_t)ms[k]->rows) != 0)
+			FAIL("%s %s: not the bits of %s matvec alone", t->name, w, t->name);
+		g_checks++;
+		if (memcmp(&y[k][ms[k]->rows], &poison, 4) != 0)
+			FAIL("%s %s: wrote past row %d", t->name, w, ms[k]->rows);
+		free((void *)bias[k]);
+		free(y[k]);
+		free(want[k]);
+		free(alone[k]);
+		free(ad[k]);
+	}
+	free(x);
+}
+
+static void test_matvec_multi(const kernel_table *t)
+{
+	static const int bitss[] = {2, 3, 4, 5, 6, 8};
+	static const int gss[] = {32, 64, 128};
+	/* rows: split across the pool (the sum is large enough), odd counts,
+	 * one single row */
+	static const int rowss[] = {37, 130, 1, 12};
+	int off = 0;
+	for (size_t bi = 0; bi < 6; bi++)
+		for (size_t gi = 0; gi < 3; gi++)
+			for (int sdt = 0; sdt < KDT_COUNT; sdt++) {
+				tmat tm[4];
+				const kq_matrix *ms[4];
+				for (int k = 0; k < 4; k++) {
+					off = off % 3 + 1;
+					tmat_make(&tm[k], rowss[k], 384, bitss[bi], gss[gi], KDT_F32, (kdtype)sdt, off);
+					ms[k] = &tm[k].m;
+				}
+				char what[64];
+				snprintf(what, sizeof what, "bits=%d gs=%d sdt=%s", bitss[bi], gss[gi], dt_name((kdtype)sdt));
+				multi_case(t, what, ms, 4, (int)((bi + gi + (size_t)sdt) % 3));
+				multi_case(t, what, ms, 1, 1);
+				for (int k = 0; k < 4; k++)
+					tmat_free(&tm[k]);
+			}
+	for (int wdt = 0; wdt < KDT_COUNT; wdt++) {
+		tmat tm[3];
+		const kq_matrix *ms[3];
+		for (int k = 0; k < 3; k++) {
+			tmat_make(&tm[k], rowss[k], 389, 0, 0, (kdtype)wdt, KDT_F32, 1 + k);
+			ms[k] = &tm[k].m;
+		}
+		char what[64];
+		snprintf(what, sizeof what, "dense wdt=%s", dt_name((kdtype)wdt));
+		for (int b = 0; b < 3; b++)
+			multi_case(t, what, ms, 3, b);
+		for (int k = 0; k < 3; k++)
+			tmat_free(&tm[k]);
+	}
+	/* mixed bits, group sizes and dense in one call (per-layer
+	 * quantization overrides), more matrices than one dispatch takes
+	 * (K_MAX_MULTI is 8), and a q/k/v-like shape split across threads */
+	{
+		enum { NM = 11 };
+		static const int mb[NM] = {4, 8, 0, 3, 4, 2, 6, 5, 4, 8, 4};
+		static const int mg[NM] = {64, 32, 0, 128, 32, 64, 128, 32, 128, 64, 64};
+		static const int mr[NM] = {96, 32, 7, 33, 64, 5, 18, 40, 2, 9, 61};
+		tmat tm[NM];
+		const kq_matrix *ms[NM];
+		for (int k = 0; k < NM; k++) {
+			tmat_make(&tm[k], mr[k], 512, mb[k], mg[k], KDT_BF16, (kdtype)(k % KDT_COUNT), 1 + k % 3);
+			ms[k] = &tm[k].m;
+		}
+		for (int b = 0; b < 3; b++)
+			multi_case(t, "mixed", ms, NM, b);
+		multi_case(t, "mixed", ms, 3, 1);
+		for (int k = 0; k < NM; k++)
+			tmat_free(&tm[k]);
+		tmat q[3];
+		const kq_matrix *qs[3];
+		tmat_make(&q[0], 576, 576, 4, 64, KDT_F32, KDT_BF16, 1);
+		tmat_make(&q[1], 192, 576, 4, 64, KDT_F32, KDT_BF16, 2);
+		tmat_make(&q[2], 192, 576, 4, 64, KDT_F32, KDT_BF16, 3);
+		for (int k = 0; k < 3; k++)
+			qs[k] = &q[k].m;
+		multi_case(t, "qkv 576x576,192x576,192x576", qs, 3, 2);
+		for (int k = 0; k < 3; k++)
+			tmat_free(&q[k]);
+	}
+}
+
 static void check_rel(const char *what, const kernel_table *t, const float *got, const float *want, int n,
 		      double tol, double floor)
 {
@@ -386,6 +506,7 @@ static void test_table(const kernel_table *t)
 	test_matrix(t, 9, 352, 8, 32, KDT_F32, KDT_F16, 2);
 	test_matrix(t, 67, 4096, 3, 128, KDT_F32, KDT_BF16, 2);
 	test_matrix(t, 130, 2048, 0, 0, KDT_BF16, KDT_F32, 2);
+	test_matvec_multi(t);
 	test_elementwise(t);
 	test_attention(t);
 }
