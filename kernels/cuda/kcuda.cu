@@ -1122,11 +1122,13 @@ static __device__ __forceinline__ void tg_mma_z(float (&d)[4], const uint32_t (&
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
 }
 
-static __device__ __forceinline__ uint32_t tg_int_pair(uint32_t v) /* (1024 + c) pair -> c pair */
+/* (1024 + c) pair -> c pair, exact. Own asm: __hsub2(h, __float2half2_rn(1024))
+ * rebuilt the constant (cvt + movs) at every call, 3x the instructions. */
+static __device__ __forceinline__ uint32_t tg_int_pair(uint32_t v)
 {
-	__half2 h = *reinterpret_cast<__half2 *>(&v);
-	h = __hsub2(h, __float2half2_rn(1024.0f));
-	return *reinterpret_cast<uint32_t *>(&h);
+	uint32_t r;
+	asm("sub.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(0x64006400u));
+	return r;
 }
 
 /* One row's 32 codes of a k step (4*BITS bytes of shared memory) to 32
@@ -1249,29 +1251,46 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 	 * neither is stored */
 	const uint8_t *wsrc = W + (size_t)min(row0 + tid, rows - 1) * ((size_t)cols * BITS / 8);
 
-	auto issue = [&](int kt) {
-		uint8_t *st = tsm + (kt % NS) * STAGE;
+	/* Addresses that only move by a constant per step are computed once
+	 * (recomputing them was ~1/4 of the loop's instructions). Thread tid
+	 * copies X pieces i = tid + TG_THREADS u: (hi|lo, token, 16-byte
+	 * piece); TG_THREADS covers whole tokens, so the token of piece u is
+	 * that of piece 0 plus a constant. */
+	const uint32_t smem0 = smem_u32(tsm);
+	constexpr int TPU = TG_THREADS / (BK / 8); /* staged rows (hi tokens, then lo) per u */
+	const int xtk = tid / (BK / 8), xpc = tid & (BK / 8 - 1);
+	/* piece u: staged row xtk + u TPU (rows TG_BN.. are lo), so its shared
+	 * address is xdst + a constant; the lo half reads hi's token + n cols */
+	const uint32_t xdst = smem0 + TG_BM * CB + (xtk * LD + xpc * 8) * 2;
+	size_t xoff[XPT / 2];
+#pragma unroll
+	for (int u = 0; u < XPT / 2; u++)
+		xoff[u] = (size_t)min(tok0 + xtk + u * TPU, n - 1) * cols + xpc * 8;
+	auto issue = [&](int kt, int stg) {
 		const uint8_t *src = wsrc + (size_t)kt * CB;
-		const uint32_t dst = smem_u32(st + tid * CB);
+		const uint32_t dst = smem0 + stg * STAGE + tid * CB;
 #pragma unroll
 		for (int u = 0; u < CB / U; u++)
 			cp_async<U>(dst + u * U, src + u * U);
-		__half *xs = (__half *)(st + TG_BM * CB);
+		const __half *xh = XH + (size_t)kt * BK, *xl = XL + (size_t)kt * BK;
 #pragma unroll
-		for (int u = 0; u < XPT; u++) {
-			const int i = tid + TG_THREADS * u, which = i / (TG_BN * BK / 8);
-			const int tk = (i / (BK / 8)) & (TG_BN - 1), piece = i & (BK / 8 - 1);
-			const __half *s = (which ? XL : XH) + (size_t)min(tok0 + tk, n - 1) * cols + kt * BK + piece * 8;
-			cp_async<16>(smem_u32(xs + (which * TG_BN + tk) * LD + piece * 8), s);
-		}
+		for (int u = 0; u < XPT; u++)
+			cp_async<16>(xdst + stg * STAGE + u * TPU * LD * 2,
+				     (u < XPT / 2 ? xh : xl) + xoff[u % (XPT / 2)]);
 	};
-	auto dequant = [&](int kt) {
-		const uint8_t *src = tsm + (kt % NS) * STAGE + tid * CB;
+	auto dequant = [&](int kt, int stg) {
+		const uint8_t *src = tsm + stg * STAGE + tid * CB;
 		__half *dst = As + ((kt & 1) * TG_BM + tid) * LD;
 #pragma unroll
 		for (int h = 0; h < BK / 32; h++)
 			tg_dequant<BITS>(src + 4 * BITS * h, dst + 32 * h);
 	};
+	/* ldmatrix addresses: A rows wm*64 + (lane & 15) (+16 mi), columns
+	 * (lane >> 4) * 8 (+kk); B tokens wn*32 + (lane & 7) + 8 (lane >> 4)
+	 * (+16 nj), columns ((lane >> 3) & 1) * 8 (+kk); lo after hi */
+	const uint32_t a_lane = smem_u32(As) + ((wm * 64 + (lane & 15)) * LD + (lane >> 4) * 8) * 2;
+	const uint32_t b_lane = smem0 + TG_BM * CB +
+				((wn * 32 + (lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8) * 2;
 
 	float acc[4][4][4], P[4][4][4];
 	float sv[4][2], bv[4][2], xv[4][2];
@@ -1301,39 +1320,37 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 #pragma unroll
 	for (int s = 0; s < NS - 1; s++) {
 		if (s < nk)
-			issue(s);
+			issue(s, s);
 		cp_commit();
 	}
 	load_group(0);
 	cp_wait<NS - 2>();
-	dequant(0);
+	dequant(0, 0);
 	__syncthreads();
+	int stg = 0; /* kt % NS, kept without a division */
 	for (int kt = 0; kt < nk; kt++) {
+		const int stg1 = stg + 1 == NS ? 0 : stg + 1, stgi = stg == 0 ? NS - 1 : stg - 1; /* kt+1, kt+NS-1 */
 		/* the stage refilled here was last read before the previous barrier */
 		if (kt + NS - 1 < nk)
-			issue(kt + NS - 1);
+			issue(kt + NS - 1, stgi);
 		cp_commit();
 		cp_wait<NS - 2>(); /* this thread's copies of steps <= kt + 1 have landed */
 		if (kt + 1 < nk)   /* own row only: needs no barrier */
-			dequant(kt + 1);
+			dequant(kt + 1, stg1);
 		const int k0 = kt * BK;
-		const __half *A = As + (kt & 1) * TG_BM * LD;
-		const __half *XHs = (const __half *)(tsm + (kt % NS) * STAGE + TG_BM * CB);
-		const __half *XLs = XHs + TG_BN * LD;
+		const uint32_t a_base = a_lane + (kt & 1) * (TG_BM * LD * 2), b_base = b_lane + stg * STAGE;
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 16) {
 			uint32_t a[4][4], bh[4][2], bl[4][2];
 #pragma unroll
 			for (int mi = 0; mi < 4; mi++)
-				ldsm4(a[mi], smem_u32(A + (wm * 64 + mi * 16 + (lane & 15)) * LD + kk + (lane >> 4) * 8));
+				ldsm4(a[mi], a_base + (mi * 16 * LD + kk) * 2);
 #pragma unroll
 			for (int nj = 0; nj < 2; nj++) {
-				const int tk = wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
-				const int kc = kk + ((lane >> 3) & 1) * 8;
 				uint32_t r[4];
-				ldsm4(r, smem_u32(XHs + tk * LD + kc));
+				ldsm4(r, b_base + (nj * 16 * LD + kk) * 2);
 				bh[2 * nj][0] = r[0]; bh[2 * nj][1] = r[1]; bh[2 * nj + 1][0] = r[2]; bh[2 * nj + 1][1] = r[3];
-				ldsm4(r, smem_u32(XLs + tk * LD + kc));
+				ldsm4(r, b_base + ((TG_BN + nj * 16) * LD + kk) * 2);
 				bl[2 * nj][0] = r[0]; bl[2 * nj][1] = r[1]; bl[2 * nj + 1][0] = r[2]; bl[2 * nj + 1][1] = r[3];
 			}
 			/* groups are multiples of 32 columns: a group starts at a
@@ -1369,6 +1386,7 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 			}
 		}
 		__syncthreads();
+		stg = stg1;
 	}
 #pragma unroll
 	for (int ni = 0; ni < 4; ni++)
