@@ -1592,8 +1592,10 @@ static int tg_launch_bk(const kq_matrix *m, const tg_x &x, const float *bias, fl
 }
 
 /* k steps of 32 columns; kc_gemm_impl(2): 64 for bits <= 6 (8 bits would
- * leave 1 block per SM), measured slower (run 11: 3123 vs 2778 us per 8B
- * layer at n = 512; 88 bytes of spills) */
+ * leave 1 block per SM). 64 measured slower in run 11 (3123 vs 2778 us per
+ * 8B layer at n = 512; 88 bytes of spills), 1-4% faster after the loop
+ * trim of run 13 (2694 vs 2724 us; 17.9 vs 18.7 ms at n = 4096), not yet
+ * made the default: the forward tests ran on 32 (kernels/cuda/NOTES.md). */
 template <int BITS, class S>
 static int tg_launch(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
 {
