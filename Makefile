@@ -16,6 +16,7 @@ FETCHER_LDLIBS = -lbearssl
 # portable. Runtime dispatch (kernels_best) picks among them.
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
+AMX_FLAGS    = $(AVX512_FLAGS) -mavx512bf16 -mamx-tile -mamx-bf16
 
 # One archive of every module; each binary's main pulls in only the objects
 # its role references (tests/py/test_roles.py checks what each one links).
@@ -37,6 +38,9 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AMX_FLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kernels/kernels.h"
 #include "worker/exec.h"
 #include "worker/session.h"
 
@@ -24,6 +25,7 @@ int main(int argc, char **argv)
 		r.decode = atoi(argv[3]);
 		r.long_ctx = atoi(argv[4]);
 	}
+	kernels_cpu_prepare(); /* as mlxr-worker does before its sandbox */
 	session s;
 	char err[512];
 	int longest = r.prefill > r.long_ctx ? r.prefill : r.long_ctx;

@@ -1,6 +1,6 @@
 /* bench/kbench.c — kernel micro-benchmark (not a test: it asserts nothing).
  *
- *   make kbench && build/kbench [-t threads] [-r rows] [-c cols] [-b bits] [-g group]
+ *   make kbench && build/kbench [-t threads] [-r rows] [-c cols] [-b bits] [-g group] [-n tokens] [-G 1: GEMM only]
  *
  * Times the quantized matvec (decode) of every available table on a
  * 4-bit, group-64, f16-scale 2048 x 8192 matrix by default, and reports the
@@ -8,7 +8,9 @@
  * bandwidth measured in the same run: a parallel sum over a 1 GiB buffer.
  * "hot" reuses one matrix (it fits in a large L3); "cold" walks copies
  * totalling >= 1 GiB so every call streams from DRAM. Also: the GEMM
- * (prefill) rate for 64 tokens and the kpool_for round trip. */
+ * (prefill) rate for 64 tokens, the GEMM on the Llama-3.2-1B projections
+ * for -n tokens (default 512; f32 AVX-512, then AMX where the CPU has it)
+ * and the kpool_for round trip. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,9 +51,67 @@ static void noop_task(void *arg, int i)
 	(void)i;
 }
 
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The prefill GEMM on the Llama-3.2-1B projections (4-bit, group 64, f16
+ * scales) for n tokens: the avx512 table's f32 GEMM, then the same table
+ * after kernels_cpu_prepare (AMX tiles where the CPU has them), median of
+ * 5 calls each. Weights stay hot in L3; prefill reads them once per call. */
+static void gemm_shapes(int n)
+{
+	static const int shp[][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
+	static const char *nm[] = {"q/o 2048x2048", "k/v 512x2048", "gate/up 8192x2048", "down 2048x8192"};
+	const kernel_table *t = kernels_avx512();
+	if (!t) {
+		printf("UNAVAILABLE: avx512 (GEMM shapes)\n");
+		return;
+	}
+	printf("GEMM n=%d tokens, 4-bit g64, GFLOP/s (median of 5):\n", n);
+	double res[2][4];
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1 && !kernels_cpu_prepare()) {
+			printf("UNAVAILABLE: amx\n");
+			break;
+		}
+		for (int s = 0; s < 4; s++) {
+			int rows = shp[s][0], cols = shp[s][1];
+			size_t wb = (size_t)rows * (size_t)cols / 2, sb = (size_t)rows * (size_t)(cols / 64) * 2;
+			uint8_t *mem = malloc(wb + 2 * sb + 1);
+			for (size_t i = 0; i < wb; i++)
+				mem[i + 1] = (uint8_t)rand();
+			uint16_t s16 = k_f32_to_f16(0.01f);
+			for (size_t i = 0; i < 2 * sb; i += 2)
+				memcpy(mem + 1 + wb + i, &s16, 2);
+			kq_matrix m = {rows, cols, 4, 64, KDT_F32, KDT_F16, mem + 1, mem + 1 + wb, mem + 1 + wb + sb};
+			float *x = malloc(sizeof(float) * (size_t)n * (size_t)cols);
+			float *y = malloc(sizeof(float) * (size_t)n * (size_t)rows);
+			for (size_t i = 0; i < (size_t)n * (size_t)cols; i++)
+				x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+			double d[5];
+			t->matmul(&m, x, n, NULL, y);
+			for (int r = 0; r < 5; r++) {
+				double t0 = now();
+				t->matmul(&m, x, n, NULL, y);
+				d[r] = now() - t0;
+			}
+			qsort(d, 5, sizeof(double), cmp_d);
+			res[pass][s] = 2.0 * rows * (double)cols * n / d[2] / 1e9;
+			printf("  %-6s %-18s %8.1f ms %7.1f GFLOP/s\n", pass ? "amx" : "avx512", nm[s], d[2] * 1e3,
+			       res[pass][s]);
+			free(mem);
+			free(x);
+			free(y);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
-	int threads = 0, rows = 2048, cols = 8192, bits = 4, gs = 64;
+	int threads = 0, rows = 2048, cols = 8192, bits = 4, gs = 64, ntok = 512, gemm_only = 0;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		int v = atoi(argv[i + 1]);
 		if (!strcmp(argv[i], "-t"))
@@ -64,9 +124,19 @@ int main(int argc, char **argv)
 			bits = v;
 		else if (!strcmp(argv[i], "-g"))
 			gs = v;
+		else if (!strcmp(argv[i], "-n"))
+			ntok = v;
+		else if (!strcmp(argv[i], "-G"))
+			gemm_only = v;
 	}
 	if (kpool_init(threads) != 0)
 		return 1;
+	if (gemm_only) {
+		printf("threads %d\n", kpool_threads());
+		gemm_shapes(ntok);
+		kpool_free();
+		return 0;
+	}
 	printf("threads %d, matrix %d x %d, %d-bit, group %d, f16 scales\n", kpool_threads(), rows, cols, bits, gs);
 
 	/* read bandwidth: parallel sum over 1 GiB */
@@ -154,6 +224,7 @@ int main(int argc, char **argv)
 			       2.0 * rows * (double)cols * n / mm / 1e9);
 		}
 	}
+	gemm_shapes(ntok);
 	double t0 = now();
 	int calls = 100000;
 	for (int i = 0; i < calls; i++)

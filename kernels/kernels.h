@@ -120,6 +120,12 @@ const kernel_table *kernels_avx512(void); /* NULL if no AVX-512 F/BW/VL */
 /* The fastest available; MLXR_KERNELS=ref|avx2|avx512 forces one (a name
  * this CPU cannot run, or an unknown one, is ignored). Never NULL. */
 const kernel_table *kernels_best(void);
+/* Asks the OS for what a faster kernel needs before a sandbox forbids the
+ * asking: the AMX tile state (arch_prctl; the avx512 table's matmul then
+ * runs on AMX-BF16 tiles where the CPU has them). Call once per process,
+ * before seccomp and before the first matmul; later calls return the first
+ * answer. MLXR_AMX=0 declines. Returns 1 if the AMX GEMM is on, else 0. */
+int kernels_cpu_prepare(void);
 
 /* Element conversions used by kernels and loaders. */
 float k_f16_to_f32(uint16_t h);

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/ipc.h"
+#include "kernels/kernels.h"
 #include "policy/policy.h"
 #include "worker/serve.h"
 #include "worker/tool.h"
@@ -89,6 +90,10 @@ int main(int argc, char **argv)
 		}
 		return worker_tool(IPC_FD);
 	}
+	/* Before any sandbox layer: the AMX tile state is asked of the kernel
+	 * with arch_prctl, which the seccomp filter does not allow (kernels.h). */
+	if (role != POLICY_IMPORTER)
+		kernels_cpu_prepare();
 	if (role == POLICY_GPU_WORKER)
 		role = POLICY_WORKER;
 #ifdef MLXR_CUDA

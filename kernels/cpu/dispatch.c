@@ -7,6 +7,8 @@
 #include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "kernels/cpu/kinternal.h"
 
@@ -43,6 +45,46 @@ const kernel_table *kernels_avx512(void)
 	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && k_table_avx512.matvec)
 		return &k_table_avx512;
 	return NULL;
+}
+
+/* AMX: CPUID.(7,0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; CPUID.(7,1):EAX
+ * bit 5 AVX512-BF16 (gemm_amx.c converts with it); XCR0 bits 17 and 18
+ * (XTILECFG, XTILEDATA): the OS manages the tile state. Linux also wants
+ * each process to ask for the 8 KiB tile data state before its first tile
+ * instruction (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 18);
+ * the permission covers every thread of the process, later ones included.
+ * The worker's seccomp filter does not allow arch_prctl, so this runs
+ * before the sandbox (worker_main.c). */
+#define K_ARCH_REQ_XCOMP_PERM 0x1023
+#define K_XFEATURE_XTILEDATA 18
+
+static int has_amx_bf16(void)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 22) & 1) || !((d >> 24) & 1))
+		return 0;
+	if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1))
+		return 0;
+	if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) /* OSXSAVE: xgetbv is usable */
+		return 0;
+	uint32_t lo, hi;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	return (lo & (3u << 17)) == (3u << 17);
+}
+
+int kernels_cpu_prepare(void)
+{
+	static int done, ready;
+	if (done)
+		return ready;
+	done = 1;
+	const char *e = getenv("MLXR_AMX");
+	if ((e && strcmp(e, "0") == 0) || !kernels_avx512() || !has_amx_bf16())
+		return 0;
+	if (syscall(SYS_arch_prctl, K_ARCH_REQ_XCOMP_PERM, K_XFEATURE_XTILEDATA) != 0)
+		return 0;
+	k_amx_ready = ready = 1;
+	return 1;
 }
 
 /* MLXR_KERNELS=ref|avx2|avx512 forces a table; a name this CPU cannot run

@@ -532,6 +532,8 @@ static void avx512_matmul(const kq_matrix *m, const float *x, int n, const float
 		avx512_matvec(m, x, bias, y);
 		return;
 	}
+	if (k_amx_matmul(m, x, n, bias, y) == 0) /* gemm_amx.c, where the CPU has AMX */
+		return;
 	mm_job j = {.m = m, .x = x, .n = n, .bias = bias, .y = y, .d = dec_init(m->bits)};
 	kpool_for((m->rows + MM_ROWS - 1) / MM_ROWS, mm_task, &j);
 }

@@ -115,6 +115,13 @@ void k_attention_avx512(const float *q, const void *k, const void *v, kdtype kvd
 			int n_heads, int n_kv_heads, int head_dim, float scale, int window, float softcap,
 			float *scratch);
 
+/* The AMX-BF16 GEMM (gemm_amx.c). k_amx_ready is set by
+ * kernels_cpu_prepare once the CPU and the OS allow tiles. k_amx_matmul
+ * returns 0 when it computed y, -1 when the shape or the machine is not
+ * its (dense weights, few tokens, no AMX): the caller computes y. */
+extern int k_amx_ready;
+int k_amx_matmul(const kq_matrix *m, const float *x, int n, const float *bias, float *y);
+
 /* Sum of x over each group of `gs` values: xs[g] = sum x[g*gs .. g*gs+gs). */
 void k_group_sums(const float *x, int cols, int gs, float *xs);
 

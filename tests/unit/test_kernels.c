@@ -511,6 +511,60 @@ static void test_table(const kernel_table *t)
 	test_attention(t);
 }
 
+/* The AMX GEMM (gemm_amx.c), reached through the avx512 table's matmul
+ * once kernels_cpu_prepare has turned it on: n tokens of one matrix
+ * against the reference, per token, within TOL_DOT. Token counts around
+ * the 16-token tile (and under AMX_MIN_N = 12, the f32 path), past the
+ * 512-token superblock; row counts that leave part of a 32-row task;
+ * columns that leave a partial 256-column chunk. */
+static void amx_case(const kernel_table *t, int rows, int cols, int bits, int gs, kdtype sdt, int n, int off)
+{
+	const kernel_table *ref = kernels_ref();
+	tmat tm;
+	tmat_make(&tm, rows, cols, bits, gs, KDT_F32, sdt, off);
+	float *x = fvec(n * cols + 1, -1, 1), *xu = x + 1;
+	for (int i = 0; i < n * cols; i += 97) /* outliers, as in real activations */
+		xu[i] *= 300.0f;
+	float *bias = fvec(rows, -1, 1);
+	float *want = malloc(sizeof(float) * (size_t)n * (size_t)rows);
+	float *got = malloc(sizeof(float) * (size_t)n * (size_t)rows);
+	float *ad = malloc(sizeof(float) * (size_t)rows);
+	ref->matmul(&tm.m, xu, n, n & 1 ? bias : NULL, want);
+	t->matmul(&tm.m, xu, n, n & 1 ? bias : NULL, got);
+	int fail0 = g_fail;
+	for (int tok = 0; tok < n && g_fail == fail0; tok++) {
+		absdots(&tm.m, xu + (size_t)tok * (size_t)cols, ad);
+		char what[64];
+		snprintf(what, sizeof what, "amx matmul n=%d tok=%d", n, tok);
+		check_dot(what, t, &tm.m, got + (size_t)tok * (size_t)rows, want + (size_t)tok * (size_t)rows, ad, 1);
+	}
+	free(x);
+	free(bias);
+	free(want);
+	free(got);
+	free(ad);
+	tmat_free(&tm);
+}
+
+static void test_amx(const kernel_table *t)
+{
+	static const int bitss[] = {2, 3, 4, 5, 6, 8};
+	static const int gss[] = {32, 64, 128};
+	static const int ns[] = {7, 12, 16, 17, 45};
+	int off = 0;
+	for (size_t bi = 0; bi < 6; bi++)
+		for (size_t gi = 0; gi < 3; gi++)
+			for (int sdt = 0; sdt < KDT_COUNT; sdt++) {
+				off = off % 3 + 1;
+				amx_case(t, 37, 384, bitss[bi], gss[gi], (kdtype)sdt, ns[(bi * 3 + gi + (size_t)sdt) % 5], off);
+			}
+	amx_case(t, 16, 640, 4, 64, KDT_BF16, 600, 1); /* two superblocks */
+	amx_case(t, 67, 1024, 4, 64, KDT_F16, 513, 2);
+	amx_case(t, 45, 512, 8, 32, KDT_F32, 129, 3);
+	amx_case(t, 96, 2048, 4, 128, KDT_BF16, 77, 1);
+	amx_case(t, 1, 256, 6, 64, KDT_F16, 31, 2);
+}
+
 /* The reference must give bit-identical results whatever the thread count:
  * rows are independent and each is summed in index order. */
 static void test_pool_determinism(void)
@@ -708,6 +762,15 @@ int main(int argc, char **argv)
 		fail0 = g_fail;
 		test_table(tabs[i]);
 		printf("%s: %s\n", names[i], g_fail == fail0 ? "ok" : "FAILED");
+	}
+	/* the f32 GEMM was tested above; from here on the avx512 matmul
+	 * runs on AMX tiles where the CPU has them */
+	if (tabs[2] && kernels_cpu_prepare()) {
+		fail0 = g_fail;
+		test_amx(tabs[2]);
+		printf("amx: %s\n", g_fail == fail0 ? "ok" : "FAILED");
+	} else {
+		printf("UNAVAILABLE: amx\n");
 	}
 	printf("best: %s\n", kernels_best()->name);
 	kpool_free();
