@@ -36,6 +36,7 @@
 
 #include "broker/spawn.h"
 #include "common/ipc.h"
+#include "common/trace.h"
 #include "common/json.h"
 #include "common/modelfiles.h"
 #include "common/safetensors.h"
@@ -545,10 +546,13 @@ static int first_start(wclient *c, const char *dir, wc_error *e)
 	char err[512];
 	wc_error se;
 	memset(&se, 0, sizeof(se));
+	trace_mark("broker: load starts");
 	if (spawn("worker", c->o.no_sandbox, &c->pid, &c->sock, err, sizeof(err)))
 		set_err(&se, WC_ERR_WORKER, "%s", err);
+	trace_mark("broker: worker forked");
 	if (build_manifest(c, dir, e))
 		return -1;
+	trace_mark("broker: model validated, manifest sealed");
 	if (se.kind) {
 		*e = se;
 		return -1;
@@ -560,7 +564,9 @@ static int first_start(wclient *c, const char *dir, wc_error *e)
 		set_err(e, WC_ERR_MODEL, "%s", err);
 		return -1;
 	}
-	return recv_ready(c, id, e);
+	int r = recv_ready(c, id, e);
+	trace_mark("broker: READY received");
+	return r;
 }
 
 int wclient_start(wclient **out, const char *dir, const wclient_opts *o, wc_error *e)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/ipc.h"
+#include "common/trace.h"
 #include "common/modelfiles.h"
 #include "common/safetensors.h"
 #include "common/wcapi.h"
@@ -127,6 +128,7 @@ static int do_load(server *sv, ipc_msg *m)
 		fprintf(stderr, "mlxr-worker: malformed LOAD\n");
 		return -1;
 	}
+	trace_mark("worker: LOAD received");
 	if (ipc_memfd_map(m->fds[0], MANIFEST_MAX, &man, &manlen, err, sizeof(err))) {
 		ipc_close_fds(m);
 		return send_error(sv, WC_ERR_MODEL, err, 0, 0);
@@ -167,6 +169,7 @@ static int do_load(server *sv, ipc_msg *m)
 		munmap((void *)man, manlen);
 		return send_error(sv, WC_ERR_MODEL, err, 0, 0);
 	}
+	trace_mark("worker: session ready");
 	munmap((void *)man, manlen); /* the small files are parsed; nothing points into it */
 	sv->loaded = 1;
 	const model_config *c = &sv->s.m.cfg;

@@ -1,5 +1,6 @@
 /* worker/session.c — see session.h. */
 #include "worker/session.h"
+#include "common/trace.h"
 #include "common/json.h"
 #include "common/modelfiles.h"
 
@@ -49,6 +50,7 @@ int session_init(session *s, const mf_files *f, int ctx, char *err, size_t errle
 		snprintf(err, errlen, "%s", f->tokenizer.p ? terr : "tokenizer.json: missing"); /* terr names the file */
 		goto fail;
 	}
+	trace_mark("session: tokenizer parsed");
 	if (tok_vocab_size(s->tok) > c->vocab) {
 		snprintf(err, errlen, "tokenizer.json: %d token ids but the embedding table has %d rows",
 			 tok_vocab_size(s->tok), c->vocab);
@@ -145,13 +147,16 @@ int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
 {
 	mf_files f;
 	memset(s, 0, sizeof(*s));
+	trace_mark("inproc: load starts");
 	if (mf_read(dir, &f, err, errlen))
 		return -1;
 	if (model_load(&s->m, dir, err, errlen)) {
 		mf_free(&f);
 		return -1;
 	}
+	trace_mark("inproc: files read, model validated");
 	int r = session_init(s, &f, ctx, err, errlen);
+	trace_mark("inproc: session ready");
 	mf_free(&f);
 	return r;
 }

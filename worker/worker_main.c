@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/ipc.h"
+#include "common/trace.h"
 #include "kernels/kernels.h"
 #include "policy/policy.h"
 #include "worker/serve.h"
@@ -52,6 +53,7 @@ static int gpu_lockdown(void)
 
 int main(int argc, char **argv)
 {
+	trace_mark("worker: main");
 	policy_role role = POLICY_WORKER;
 	const char *device = "auto";
 	for (int i = 1; i < argc; i++) {
@@ -130,5 +132,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mlxr-worker: sandbox: %s\n", err);
 		return 1;
 	}
+	trace_mark("worker: sandboxed");
 	return worker_serve(IPC_FD, role == POLICY_IMPORTER);
 }

@@ -268,3 +268,23 @@ def test_the_broker_refuses_missing_and_oversized_small_files(smol, tmp_path):
             f.truncate((256 << 10) + 1)  # MF_TEMPLATE_MAX + 1
     r = run_copy(smol, tmp_path / "3", big_template)
     assert r.returncode == 1 and "chat_template.jinja: larger than 256 KB" in r.stderr, r.stderr
+
+
+def test_load_trace_names_every_step_of_both_processes(smol):
+    """MLXR_TRACE=1 (common/trace.h): timestamps of the load steps from the
+    broker and from the sandboxed worker, on one clock, in causal order."""
+    r = subprocess.run([MLXR, "run", str(smol), "--temp", "0", "--max", "2", "hi"], capture_output=True, text=True,
+                       env=dict(os.environ, MLXR_TRACE="1"), timeout=60)
+    assert r.returncode == 0, r.stderr
+    marks = [l.split(None, 2) for l in r.stderr.splitlines() if l.startswith("mlxr-trace ")]
+    t = {m[2]: float(m[1]) for m in marks}
+    steps = ["broker: load starts", "broker: worker forked", "worker: main", "worker: sandboxed",
+             "broker: model validated, manifest sealed", "worker: LOAD received", "session: tokenizer parsed",
+             "worker: session ready", "broker: READY received"]
+    assert set(steps) <= set(t), sorted(t)
+    for a, b in [(0, 1), (0, 2), (2, 3), (3, 5), (4, 5), (5, 6), (6, 7), (7, 8)]:
+        assert t[steps[a]] <= t[steps[b]], (steps[a], steps[b], t)
+    # and nothing without it
+    r = subprocess.run([MLXR, "run", str(smol), "--temp", "0", "--max", "2", "hi"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "mlxr-trace" not in r.stderr
