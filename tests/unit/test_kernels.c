@@ -459,9 +459,11 @@ static void attention_case(const kernel_table *t, kdtype dt, int n, int pos0, in
 
 static void test_attention(const kernel_table *t)
 {
+	/* Batches: n > 8 takes the fast tables' per-(token, head) path, n <= 8
+	 * one decode per token (kernels/cpu/attention_avx*.c DA_MAX_N). */
 	static const int cfg[][4] = {/* n, pos0, n_heads, n_kv_heads */
-				     {1, 0, 4, 2},  {1, 13, 4, 1}, {7, 0, 4, 4},
-				     {5, 21, 6, 2}, {1, 200, 2, 2}, {3, 130, 8, 2}};
+				     {1, 0, 4, 2},  {1, 13, 4, 1},   {7, 0, 4, 4},  {5, 21, 6, 2},
+				     {1, 200, 2, 2}, {3, 130, 8, 2}, {9, 40, 4, 2}, {12, 3, 6, 3}};
 	static const int hds[] = {64, 80, 128, 256};
 	for (int dt = 0; dt < KDT_COUNT; dt++)
 		for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
@@ -469,19 +471,27 @@ static void test_attention(const kernel_table *t)
 				for (int var = 0; var < 3; var++)
 					attention_case(t, (kdtype)dt, cfg[c][0], cfg[c][1], cfg[c][2], cfg[c][3], hds[h],
 						       var == 1 ? 5 : 0, var == 2 ? 5.0f : 0.0f);
-	/* Decode at long context: the keys split into runs across the pool
-	 * and merged, blocks of 16 with a partial last one, and the group
-	 * sizes and head dims the fast tables specialise (4x64: Llama-3.2-1B;
-	 * 4x128; 2x128: Qwen3-0.6B; 3x64: SmolLM2) next to generic ones (6x80,
-	 * 1x96, 8x256). */
-	static const int dec[][4] = {/* pos0, n_heads, n_kv_heads, head_dim */
-				     {1000, 32, 8, 64}, {4100, 8, 2, 64}, {777, 8, 2, 128}, {517, 16, 8, 128},
-				     {300, 9, 3, 64},   {643, 12, 2, 80}, {250, 2, 2, 96},  {1030, 8, 1, 256}};
+	/* Decode (n = 1) at contexts on both sides of the fast tables' key
+	 * blocks (8 keys AVX2, 16 AVX-512) and long enough to be split into
+	 * runs across the pool, with runs covering all kv heads or a few;
+	 * the group sizes and head dims the fast tables specialise (4x64:
+	 * Llama-3.2-1B; 4x128; 2x128: Qwen3-0.6B; 3x64: SmolLM2) next to
+	 * generic ones (6x80, 1x96, 8x256, 16x64: one kv head); plain, a
+	 * window that cuts the context, and softcap. */
+	static const int ctxs[] = {1, 15, 16, 17, 1000, 4100};
+	static const int shp[][3] = {/* n_heads, n_kv_heads, head_dim */
+				     {32, 8, 64}, {8, 2, 128}, {4, 2, 128}, {9, 3, 64},
+				     {12, 2, 80}, {2, 2, 96},  {8, 1, 256}, {16, 1, 64}};
 	for (int dt = 0; dt < KDT_COUNT; dt++)
-		for (size_t c = 0; c < sizeof dec / sizeof dec[0]; c++)
-			for (int var = 0; var < 3; var++)
-				attention_case(t, (kdtype)dt, 1, dec[c][0], dec[c][1], dec[c][2], dec[c][3],
-					       var == 1 ? 200 : 0, var == 2 ? 30.0f : 0.0f);
+		for (size_t c = 0; c < sizeof ctxs / sizeof ctxs[0]; c++)
+			for (size_t h = 0; h < sizeof shp / sizeof shp[0]; h++)
+				for (int var = 0; var < 3; var++)
+					attention_case(t, (kdtype)dt, 1, ctxs[c] - 1, shp[h][0], shp[h][1], shp[h][2],
+						       var == 1 ? ctxs[c] / 3 + 1 : 0, var == 2 ? 30.0f : 0.0f);
+	/* a short batch at long context, windowed: one decode per token, the
+	 * windows of consecutive tokens overlapping */
+	for (int dt = 0; dt < KDT_COUNT; dt++)
+		attention_case(t, (kdtype)dt, 4, 2050, 32, 8, 64, 700, 0.0f);
 }
 
 static void test_table(const kernel_table *t)
