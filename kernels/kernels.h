@@ -126,6 +126,9 @@ const kernel_table *kernels_best(void);
  * before seccomp and before the first matmul; later calls return the first
  * answer. MLXR_AMX=0 declines. Returns 1 if the AMX GEMM is on, else 0. */
 int kernels_cpu_prepare(void);
+/* 1 if kernels_cpu_prepare turned the AMX GEMM on, else 0; never asks the
+ * OS for anything (safe under seccomp). */
+int kernels_cpu_amx(void);
 
 /* Element conversions used by kernels and loaders. */
 float k_f16_to_f32(uint16_t h);

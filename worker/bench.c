@@ -146,7 +146,9 @@ int exec_bench(session *s, const wc_bench_req *r, wc_bench_res *out, wc_error *e
 	out->mem_bw = mem_bandwidth();
 	out->decode_bytes = m->decode_bytes;
 	out->threads = kpool_threads();
-	snprintf(out->kernels, sizeof(out->kernels), "%s", kernels_best()->name);
+	/* "avx512+amx": the avx512 table with its GEMM on AMX tiles */
+	snprintf(out->kernels, sizeof(out->kernels), "%s%s", kernels_best()->name,
+		 kernels_cpu_amx() && !strcmp(kernels_best()->name, "avx512") ? "+amx" : "");
 	out->peak_rss_mb = 0; /* the broker reads it from /proc (getrusage is outside the sandbox) */
 	rc = 0;
 out:

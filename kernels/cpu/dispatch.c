@@ -87,6 +87,11 @@ int kernels_cpu_prepare(void)
 	return 1;
 }
 
+int kernels_cpu_amx(void)
+{
+	return k_amx_ready;
+}
+
 /* MLXR_KERNELS=ref|avx2|avx512 forces a table; a name this CPU cannot run
  * (or an unknown one) is ignored and the best available is used. */
 const kernel_table *kernels_best(void)
