@@ -46,6 +46,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/kinternal.h"
+#include "kernels/cpu/simd_avx512.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -89,24 +90,6 @@ typedef struct {
 	int rb0;    /* this band: row blocks from rb0 on */
 } amx_job;
 
-/* Element i of a scale or bias array (possibly unaligned). */
-AI float ld_sb(kdtype dt, const void *p, size_t i)
-{
-	const uint8_t *b = p;
-	if (dt == KDT_F32) {
-		float f;
-		memcpy(&f, b + 4 * i, 4);
-		return f;
-	}
-	uint16_t h;
-	memcpy(&h, b + 2 * i, 2);
-	if (dt == KDT_F16)
-		return _cvtsh_ss(h);
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
 
 /* ---- activations: split into bf16 terms --------------------------------- */
 

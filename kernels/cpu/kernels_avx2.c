@@ -20,22 +20,6 @@
 
 #define AI static inline __attribute__((always_inline))
 
-AI float ld_sb(kdtype dt, const uint8_t *p, size_t i)
-{
-	if (dt == KDT_F32) {
-		float f;
-		memcpy(&f, p + 4 * i, 4);
-		return f;
-	}
-	uint16_t h;
-	memcpy(&h, p + 2 * i, 2);
-	if (dt == KDT_F16)
-		return _cvtsh_ss(h);
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
 
 AI float ld1(kdtype dt, const void *p, size_t i)
 {

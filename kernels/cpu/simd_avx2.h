@@ -1,14 +1,36 @@
 /* kernels/cpu/simd_avx2.h — vector helpers shared by the AVX2 files
- * (kernels_avx2.c, attention_avx2.c): exp, f32/f16/bf16 loads, the lane
- * sum. Include only from files built with AVX2_FLAGS. */
+ * (kernels_avx2.c, attention_avx2.c; through simd_avx512.h also the
+ * AVX-512 and AMX files, whose flags include AVX2 and F16C): exp,
+ * f32/f16/bf16 loads, the lane sum. Include only from files built with
+ * AVX2_FLAGS or more. */
 #ifndef MLXR_SIMD_AVX2_H
 #define MLXR_SIMD_AVX2_H
 
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
+
+/* Element i of a scale or bias array of type dt (possibly unaligned). */
+static inline __attribute__((always_inline)) float ld_sb(kdtype dt, const void *p, size_t i)
+{
+	const uint8_t *b = p;
+	if (dt == KDT_F32) {
+		float f;
+		memcpy(&f, b + 4 * i, 4);
+		return f;
+	}
+	uint16_t h;
+	memcpy(&h, b + 2 * i, 2);
+	if (dt == KDT_F16)
+		return _cvtsh_ss(h);
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
 
 /* exp: Cephes range reduction and degree-6 polynomial, ~2 ulp; 2^n built
  * in the exponent field, so x is clamped to [-87.3, 88.37] (results

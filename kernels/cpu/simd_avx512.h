@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "kernels/cpu/simd_avx2.h" /* ld_sb */
 
 /* exp for f32 lanes: Cephes-style range reduction (x = n ln2 + r, |r| <=
  * ln2/2) and a degree-6 polynomial, ~2 ulp; vscalefps applies 2^n with
