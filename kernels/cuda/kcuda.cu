@@ -207,11 +207,68 @@ static cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, siz
 
 static size_t dt_size(kdtype dt) { return dt == KDT_F32 ? 4 : 2; }
 
-struct F32 { typedef float T; static __device__ __forceinline__ float ld(const void *p, size_t i) { return __ldg((const float *)p + i); } };
-struct F16 { static __device__ __forceinline__ float ld(const void *p, size_t i) {
-	unsigned short h = __ldg((const unsigned short *)p + i); return __half2float(__ushort_as_half(h)); } };
-struct BF16 { static __device__ __forceinline__ float ld(const void *p, size_t i) {
-	unsigned short h = __ldg((const unsigned short *)p + i); return __uint_as_float((unsigned)h << 16); } };
+/* ld: element i of a dense array. A (scale, bias) pair of the device
+ * layout (see "scales and biases on the device") is SW 32-bit words:
+ * ps/pb read it from those words, ldp loads pair e. */
+struct F32 {
+	static constexpr int SW = 2;
+	static __device__ __forceinline__ float ld(const void *p, size_t i) { return __ldg((const float *)p + i); }
+	static __device__ __forceinline__ float ps(const uint32_t *e) { return __uint_as_float(e[0]); }
+	static __device__ __forceinline__ float pb(const uint32_t *e) { return __uint_as_float(e[1]); }
+	static __device__ __forceinline__ void ldp(const void *p, size_t e, float &s, float &b) {
+		float2 v = __ldg((const float2 *)p + e); s = v.x; b = v.y; }
+};
+struct F16 {
+	static constexpr int SW = 1;
+	static __device__ __forceinline__ float ld(const void *p, size_t i) {
+		unsigned short h = __ldg((const unsigned short *)p + i); return __half2float(__ushort_as_half(h)); }
+	static __device__ __forceinline__ float ps(const uint32_t *e) { return __half2float(__ushort_as_half((unsigned short)(e[0] & 0xffffu))); }
+	static __device__ __forceinline__ float pb(const uint32_t *e) { return __half2float(__ushort_as_half((unsigned short)(e[0] >> 16))); }
+	static __device__ __forceinline__ void ldp(const void *p, size_t e, float &s, float &b) {
+		uint32_t v = __ldg((const uint32_t *)p + e); s = ps(&v); b = pb(&v); }
+};
+struct BF16 {
+	static constexpr int SW = 1;
+	static __device__ __forceinline__ float ld(const void *p, size_t i) {
+		unsigned short h = __ldg((const unsigned short *)p + i); return __uint_as_float((unsigned)h << 16); }
+	static __device__ __forceinline__ float ps(const uint32_t *e) { return __uint_as_float(e[0] << 16); }
+	static __device__ __forceinline__ float pb(const uint32_t *e) { return __uint_as_float(e[0] & 0xffff0000u); }
+	static __device__ __forceinline__ void ldp(const void *p, size_t e, float &s, float &b) {
+		uint32_t v = __ldg((const uint32_t *)p + e); s = ps(&v); b = pb(&v); }
+};
+
+/* ---- scales and biases on the device ----
+ * kc_matrix_upload and kc_matrix_random store a quantized matrix's scales
+ * and biases interleaved: pair (row, group) = (scale, bias), two elements
+ * of sdt (one 32-bit word for f16/bf16, two for f32); m->scales points to
+ * the pairs and m->biases is NULL. Each row holds sb_ngp() pairs: its
+ * groups padded (with zeros) to whole blocks of 4T groups, where T = 4 /
+ * (group / 32) for groups of 32, 64 and 128 (T = 4, 2, 1), else T = 1;
+ * inside a block group j sits at pair (j % T) * 4 + j / T.
+ * Why: a block is the 512 columns of one step of the decode matvec, in
+ * which a lane (tig) takes chunks 4h + tig (h = 0..3) of its two rows,
+ * i.e. groups h T + tig / (group / 32): with this order they are pairs
+ * 4 (tig / (group/32)) .. +3 of the block, one 16-byte load per row (two
+ * for f32) instead of 16 scalar loads (2 rows x 4 groups x scale, bias):
+ * those loads were the largest single cost of the matvec (NOTES.md, runs
+ * 4-9: without them gate/up 45% -> 63% of the bandwidth). Every other
+ * reader (SIMT matvec, both GEMMs, the embedding) goes through sb_at().
+ * The codes stay as uploaded (packed); nothing is dequantized. */
+static __host__ __device__ __forceinline__ int sb_tsh(int group)
+{
+	return group == 32 ? 2 : group == 64 ? 1 : 0; /* log2 T */
+}
+static __host__ __device__ __forceinline__ int sb_ngp(int cols, int group)
+{
+	const int blk = 4 << sb_tsh(group), ng = cols / group;
+	return (ng + blk - 1) / blk * blk;
+}
+/* Index of pair (row, gi) in a matrix of ngp pairs per row. */
+static __host__ __device__ __forceinline__ size_t sb_at(int row, int gi, int ngp, int tsh)
+{
+	const int j = gi & ((4 << tsh) - 1);
+	return (size_t)row * ngp + (gi - j) + ((j & ((1 << tsh) - 1)) << 2) + (j >> tsh);
+}
 
 /* Code j of a packed row (row = first word of the row): bits
  * [j*BITS, j*BITS+BITS) of the little-endian word stream. */
@@ -300,25 +357,70 @@ extern "C" uint64_t kc_matrix_bytes(const kq_matrix *m)
 	return codes + 2 * groups * dt_size(m->sdt);
 }
 
+/* Separate scales and biases ([rows][ng], esz bytes each) into the pair
+ * layout (sb_at); the padding pairs were zeroed before. */
+__global__ void k_sb_pack(const void *s, const void *b, void *sb, int rows, int ng, int ngp, int tsh, int esz)
+{
+	const size_t n = (size_t)rows * ng;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		const int row = (int)(i / ng), gi = (int)(i % ng);
+		const size_t e = sb_at(row, gi, ngp, tsh);
+		if (esz == 4)
+			((float2 *)sb)[e] = make_float2(((const float *)s)[i], ((const float *)b)[i]);
+		else
+			((uint32_t *)sb)[e] = ((const uint16_t *)s)[i] | (uint32_t)((const uint16_t *)b)[i] << 16;
+	}
+}
+
+/* Device scales s and biases b (rows x cols/group, sdt) -> a new pair
+ * buffer; s and b are left to the caller. */
+static void *sb_make(const void *s, const void *b, int rows, int cols, int group, kdtype sdt)
+{
+	const int ngp = sb_ngp(cols, group), esz = (int)dt_size(sdt);
+	const size_t bytes = (size_t)rows * ngp * 2 * esz;
+	void *sb = kc_malloc(bytes);
+	if (!sb)
+		return NULL;
+	if (cudaMemsetAsync(sb, 0, bytes, g_stream) != cudaSuccess) {
+		kc_free(sb);
+		fail("sb_make memset", cudaGetLastError());
+		return NULL;
+	}
+	k_sb_pack<<<1024, 256, 0, g_stream>>>(s, b, sb, rows, cols / group, ngp, sb_tsh(group), esz);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess) {
+		kc_free(sb);
+		fail("k_sb_pack", e);
+		return NULL;
+	}
+	return sb;
+}
+
 extern "C" int kc_matrix_upload(const kq_matrix *h, kq_matrix *d)
 {
 	*d = *h;
 	d->w = d->scales = d->biases = NULL;
 	size_t wb = h->bits == 0 ? (size_t)h->rows * h->cols * dt_size(h->wdt) : (size_t)h->rows * h->cols * h->bits / 8;
-	void *w = kc_malloc(wb);
+	void *w = kc_malloc(wb), *s = NULL, *b = NULL;
 	if (!w || kc_upload(w, h->w, wb))
 		goto fail;
 	d->w = w;
 	if (h->bits) {
 		size_t sb = (size_t)h->rows * (h->cols / h->group_size) * dt_size(h->sdt);
-		void *s = kc_malloc(sb), *b = kc_malloc(sb);
-		d->scales = s;
-		d->biases = b;
-		if (!s || !b || kc_upload(s, h->scales, sb) || kc_upload(b, h->biases, sb))
+		s = kc_malloc(sb);
+		b = kc_malloc(sb);
+		/* kc_upload waits for the stream: the pairs are built before s and b go */
+		if (!s || !b || kc_upload(s, h->scales, sb) || kc_upload(b, h->biases, sb) ||
+		    !(d->scales = sb_make(s, b, h->rows, h->cols, h->group_size, h->sdt)) || kc_sync())
 			goto fail;
+		kc_free(s);
+		kc_free(b);
 	}
 	return 0;
 fail:
+	kc_sync();
+	kc_free(s);
+	kc_free(b);
 	kc_matrix_free(d);
 	return -1;
 }
@@ -379,8 +481,10 @@ extern "C" int kc_matrix_random(kq_matrix *d, int rows, int cols, int bits, int 
 	d->rows = rows; d->cols = cols; d->bits = bits; d->group_size = gs; d->sdt = sdt; d->wdt = KDT_F32;
 	size_t words = (size_t)rows * cols * bits / 32, ng = (size_t)rows * (cols / gs);
 	void *w = kc_malloc(words * 4), *s = kc_malloc(ng * dt_size(sdt)), *b = kc_malloc(ng * dt_size(sdt));
-	d->w = w; d->scales = s; d->biases = b;
+	d->w = w;
 	if (!w || !s || !b) {
+		kc_free(s);
+		kc_free(b);
 		kc_matrix_free(d);
 		return -1;
 	}
@@ -388,6 +492,16 @@ extern "C" int kc_matrix_random(kq_matrix *d, int rows, int cols, int bits, int 
 	LAUNCHED("k_fill_words");
 	k_fill_scales<<<1024, 256, 0, g_stream>>>(s, b, ng, sdt, smin, smax, (float)((1 << bits) - 1) * 0.5f, seed + 1);
 	LAUNCHED("k_fill_scales");
+	d->scales = sb_make(s, b, rows, cols, gs, sdt);
+	if (!d->scales || kc_sync()) {
+		kc_free(s);
+		kc_free(b);
+		d->scales = NULL;
+		kc_matrix_free(d);
+		return -1;
+	}
+	kc_free(s);
+	kc_free(b);
 	return 0;
 }
 
@@ -414,7 +528,7 @@ static __device__ __forceinline__ float glu_act(float g, int act)
 
 struct mv_args {
 	const uint32_t *w[KC_MAX_FUSE];
-	const void *s[KC_MAX_FUSE], *b[KC_MAX_FUSE];
+	const void *s[KC_MAX_FUSE]; /* (scale, bias) pairs */
 	const float *bias[KC_MAX_FUSE];
 	float *y[KC_MAX_FUSE];
 	int rows[KC_MAX_FUSE]; /* rows of each matrix */
@@ -437,7 +551,8 @@ __global__ void __launch_bounds__(32 * KC_MV_WARPS) k_matvec_q(mv_args a, const 
 	int r0 = (blk - a.start[mi]) * KC_MV_ROWS;
 	if (r0 >= a.rows[mi])
 		return;
-	const int cols = a.cols, npack = cols >> 5, ng = cols / a.group, pack_per_group = a.group >> 5;
+	const int cols = a.cols, npack = cols >> 5, pack_per_group = a.group >> 5;
+	const int ngp = sb_ngp(cols, a.group), tsh = sb_tsh(a.group);
 	const size_t row_words = (size_t)cols * BITS / 32;
 	const uint32_t *W = a.w[mi];
 	const bool xvec = ((uintptr_t)x & 15) == 0;
@@ -475,8 +590,9 @@ __global__ void __launch_bounds__(32 * KC_MV_WARPS) k_matvec_q(mv_args a, const 
 #pragma unroll
 			for (int i = 0; i < 32; i++)
 				d = fmaf(fcode_in_pack<BITS>(w, i), xv[i], d);
-			size_t gi = (size_t)row * ng + g;
-			acc[r] += S::ld(a.s[mi], gi) * d + S::ld(a.b[mi], gi) * xs;
+			float sv, bv;
+			S::ldp(a.s[mi], sb_at(row, g, ngp, tsh), sv, bv);
+			acc[r] += sv * d + bv * xs;
 		}
 	}
 #pragma unroll
@@ -567,17 +683,20 @@ static __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&
 }
 
 /* One step of one lane: 4 chunks (st*16 + 4h + tig) of rows ra and rb:
- * the codes (V 16-byte loads per row and chunk) and their scales/biases. */
-template <int V>
+ * the codes (V 16-byte loads per row and chunk) and the (scale, bias)
+ * pairs of their groups, h = 0..3 (SW 16-byte loads per row: the pair
+ * layout puts them side by side). */
+template <int V, int SW>
 struct mq_regs {
 	uint4 wa[4][V], wb[4][V];
-	float sa[4], ba[4], sb[4], bb[4];
+	uint4 pa[SW], pb[SW];
 };
 
+/* ea0/eb0: first pair of rows ra/rb (row * ngp); chunks per group 1 << cpg_sh <= 4 */
 template <int BITS, class S>
-static __device__ __forceinline__ void mq_load(mq_regs<BITS / 4> &r, const uint4 *Wa, const uint4 *Wb,
-					       const void *SC, const void *BI, size_t ga0, size_t gb0, int cpg_sh, int st,
-					       int tig, int nch)
+static __device__ __forceinline__ void mq_load(mq_regs<BITS / 4, S::SW> &r, const uint4 *Wa, const uint4 *Wb,
+					       const void *SB, size_t ea0, size_t eb0, int cpg_sh, int st, int tig,
+					       int nch)
 {
 	constexpr int V = BITS / 4;
 #pragma unroll
@@ -589,23 +708,26 @@ static __device__ __forceinline__ void mq_load(mq_regs<BITS / 4> &r, const uint4
 			r.wa[h][u] = ok ? __ldg(Wa + (size_t)ch * V + u) : make_uint4(0, 0, 0, 0);
 			r.wb[h][u] = ok ? __ldg(Wb + (size_t)ch * V + u) : make_uint4(0, 0, 0, 0);
 		}
-		const int gi = (ok ? ch : 0) >> cpg_sh; /* chunks per group: a power of two */
+	}
+	/* block st of the row: 16 >> cpg_sh pairs; this lane's 4 start at
+	 * 4 (tig >> cpg_sh) (padded rows: always inside the row) */
+	const size_t e = (size_t)st * (16 >> cpg_sh) + ((tig >> cpg_sh) << 2);
+	const uint4 *pa = (const uint4 *)SB + (ea0 + e) * S::SW / 4, *pb = (const uint4 *)SB + (eb0 + e) * S::SW / 4;
+#pragma unroll
+	for (int k = 0; k < S::SW; k++) {
 #ifdef MQ_DIAG_NOSCALE /* timing experiment only (wrong results): no scale/bias loads */
-		r.sa[h] = r.sb[h] = 1.0f + gi * 1e-30f;
-		r.ba[h] = r.bb[h] = 0.0f;
-		(void)SC; (void)BI; (void)ga0; (void)gb0;
+		r.pa[k] = r.pb[k] = make_uint4(0x3c00u + st, 0x3c00u, 0x3c00u, 0x3c00u);
+		(void)pa; (void)pb;
 #else
-		r.sa[h] = S::ld(SC, ga0 + gi);
-		r.ba[h] = S::ld(BI, ga0 + gi);
-		r.sb[h] = S::ld(SC, gb0 + gi);
-		r.bb[h] = S::ld(BI, gb0 + gi);
+		r.pa[k] = __ldg(pa + k);
+		r.pb[k] = __ldg(pb + k);
 #endif
 	}
 }
 
-template <int BITS>
-static __device__ __forceinline__ void mq_compute(const mq_regs<BITS / 4> &r, const uint32_t *xs, int st, int tig,
-						  int nch, bool bact, int part, float &acc_a, float &acc_b)
+template <int BITS, class S>
+static __device__ __forceinline__ void mq_compute(const mq_regs<BITS / 4, S::SW> &r, const uint32_t *xs, int st,
+						  int tig, int nch, bool bact, int part, float &acc_a, float &acc_b)
 {
 	constexpr float D = BITS == 4 ? 16.0f : 256.0f;
 #pragma unroll
@@ -640,8 +762,9 @@ static __device__ __forceinline__ void mq_compute(const mq_regs<BITS / 4> &r, co
 		}
 		if (ch < nch) {
 			const float xsum = __uint_as_float(cp[32]), mul = __uint_as_float(cp[33]);
-			acc_a = fmaf(mul, fmaf(r.sa[h] * D, d[0] + d[1] - xsum, r.ba[h] * xsum), acc_a);
-			acc_b = fmaf(mul, fmaf(r.sb[h] * D, d[2] + d[3] - xsum, r.bb[h] * xsum), acc_b);
+			const uint32_t *ea = (const uint32_t *)r.pa + h * S::SW, *eb = (const uint32_t *)r.pb + h * S::SW;
+			acc_a = fmaf(mul, fmaf(S::ps(ea) * D, d[0] + d[1] - xsum, S::pb(ea) * xsum), acc_a);
+			acc_b = fmaf(mul, fmaf(S::ps(eb) * D, d[2] + d[3] - xsum, S::pb(eb) * xsum), acc_b);
 		}
 	}
 }
@@ -737,20 +860,20 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a
 	constexpr int V = BITS / 4;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, tig = lane & 3;
-	const int cols = a.cols, nch = cols >> 5, ng = cols / a.group, cpg_sh = __ffs(a.group >> 5) - 1;
+	const int cols = a.cols, nch = cols >> 5, ngp = sb_ngp(cols, a.group), cpg_sh = __ffs(a.group >> 5) - 1;
 	const int nsteps = (nch + 15) >> 4;
 	const size_t row_words = (size_t)cols * BITS / 32;
 	const bool bact = (g >> 1) == tig; /* this lane feeds B: chunk tig, part g & 1 */
 	const int part = (g & 1) * 16;
-	mq_regs<V> cur, nxt;
+	mq_regs<V, S::SW> cur, nxt;
 	int mi, r0, ra, rb;
 	mq_tile(a, NM, blockIdx.x, mi, r0);
 	ra = min(r0 + g, a.rows[mi] - 1);
 	rb = min(r0 + g + 8, a.rows[mi] - 1);
 	if (wid < nsteps)
 		mq_load<BITS, S>(cur, (const uint4 *)(a.w[mi] + (size_t)ra * row_words),
-				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], a.b[mi], (size_t)ra * ng,
-				 (size_t)rb * ng, cpg_sh, wid, tig, nch);
+				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
+				 (size_t)rb * ngp, cpg_sh, wid, tig, nch);
 	pdl_wait(); /* x is the predecessor's output */
 	mq_stage<BITS>(x, a.vec & 2, nch, xs);
 	__syncthreads();
@@ -766,28 +889,28 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a
 			const int mm = mi + m;
 			const uint4 *Wa = (const uint4 *)(a.w[mm] + (size_t)ra * row_words);
 			const uint4 *Wb = (const uint4 *)(a.w[mm] + (size_t)rb * row_words);
-			const void *SC = a.s[mm], *BI = a.b[mm];
-			const size_t ga0 = (size_t)ra * ng, gb0 = (size_t)rb * ng;
+			const void *SB = a.s[mm];
+			const size_t ea0 = (size_t)ra * ngp, eb0 = (size_t)rb * ngp;
 			float acc_a = 0.0f, acc_b = 0.0f;
 			if ((tile != (int)blockIdx.x || m) && wid < nsteps)
-				mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg_sh, wid, tig, nch);
+				mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, wid, tig, nch);
 			if (V == 1) { /* two register sets in turn: no copies */
 				for (int st = wid; st < nsteps; st += 2 * MQ_WARPS) {
 					const int s1 = st + MQ_WARPS, s2 = st + 2 * MQ_WARPS;
 					if (s1 < nsteps)
-						mq_load<BITS, S>(nxt, Wa, Wb, SC, BI, ga0, gb0, cpg_sh, s1, tig, nch);
-					mq_compute<BITS>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
+						mq_load<BITS, S>(nxt, Wa, Wb, SB, ea0, eb0, cpg_sh, s1, tig, nch);
+					mq_compute<BITS, S>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
 					if (s1 >= nsteps)
 						break;
 					if (s2 < nsteps)
-						mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg_sh, s2, tig, nch);
-					mq_compute<BITS>(nxt, xs, s1, tig, nch, bact, part, acc_a, acc_b);
+						mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, s2, tig, nch);
+					mq_compute<BITS, S>(nxt, xs, s1, tig, nch, bact, part, acc_a, acc_b);
 				}
 			} else {
 				for (int st = wid; st < nsteps; st += MQ_WARPS) {
 					if (st != wid)
-						mq_load<BITS, S>(cur, Wa, Wb, SC, BI, ga0, gb0, cpg_sh, st, tig, nch);
-					mq_compute<BITS>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
+						mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, st, tig, nch);
+					mq_compute<BITS, S>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
 				}
 			}
 			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
@@ -843,15 +966,16 @@ static __device__ __forceinline__ void mq_next(mq_pos &p, int NM, int nsteps, in
 }
 
 template <int BITS, class S>
-static __device__ __forceinline__ void mq_load_at(mq_regs<BITS / 4> &r, const mv_args &a, int NM, const mq_pos &p,
-						  int g, int tig, int nch, int ng, int cpg_sh, size_t row_words)
+static __device__ __forceinline__ void mq_load_at(mq_regs<BITS / 4, S::SW> &r, const mv_args &a, int NM,
+						  const mq_pos &p, int g, int tig, int nch, int ngp, int cpg_sh,
+						  size_t row_words)
 {
 	int mi, r0;
 	mq_tile(a, NM, p.tile, mi, r0);
 	const int mm = mi + p.m, ra = min(r0 + g, a.rows[mi] - 1), rb = min(r0 + g + 8, a.rows[mi] - 1);
 	mq_load<BITS, S>(r, (const uint4 *)(a.w[mm] + (size_t)ra * row_words),
-			 (const uint4 *)(a.w[mm] + (size_t)rb * row_words), a.s[mm], a.b[mm], (size_t)ra * ng,
-			 (size_t)rb * ng, cpg_sh, p.st, tig, nch);
+			 (const uint4 *)(a.w[mm] + (size_t)rb * row_words), a.s[mm], (size_t)ra * ngp,
+			 (size_t)rb * ngp, cpg_sh, p.st, tig, nch);
 }
 
 template <int BITS, class S, int NM>
@@ -862,7 +986,7 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
 	constexpr int V = BITS / 4;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, tig = lane & 3;
-	const int cols = a.cols, nch = cols >> 5, ng = cols / a.group, cpg_sh = __ffs(a.group >> 5) - 1;
+	const int cols = a.cols, nch = cols >> 5, ngp = sb_ngp(cols, a.group), cpg_sh = __ffs(a.group >> 5) - 1;
 	const int nsteps = (nch + 15) >> 4;
 	const size_t row_words = (size_t)cols * BITS / 32;
 	const bool bact = (g >> 1) == tig;
@@ -870,10 +994,10 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
 	const int stride = gridDim.x * MQ_WARPS, tile0 = blockIdx.x * MQ_WARPS + wid;
 	const int ntw = tile0 < a.tiles ? (a.tiles - tile0 + stride - 1) / stride : 0;
 	const int items = ntw * NM * nsteps;
-	mq_regs<V> r0, r1;
+	mq_regs<V, S::SW> r0, r1;
 	mq_pos lp = {tile0, 0, 0}, cp = {tile0, 0, 0}; /* next to load, next to compute */
 	if (items > 0) {
-		mq_load_at<BITS, S>(r0, a, NM, lp, g, tig, nch, ng, cpg_sh, row_words);
+		mq_load_at<BITS, S>(r0, a, NM, lp, g, tig, nch, ngp, cpg_sh, row_words);
 		mq_next(lp, NM, nsteps, stride);
 	}
 	pdl_wait(); /* x is the predecessor's output */
@@ -884,15 +1008,15 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
 		const bool odd = k & 1;
 		if (k + 1 < items) { /* the other register set */
 			if (odd)
-				mq_load_at<BITS, S>(r0, a, NM, lp, g, tig, nch, ng, cpg_sh, row_words);
+				mq_load_at<BITS, S>(r0, a, NM, lp, g, tig, nch, ngp, cpg_sh, row_words);
 			else
-				mq_load_at<BITS, S>(r1, a, NM, lp, g, tig, nch, ng, cpg_sh, row_words);
+				mq_load_at<BITS, S>(r1, a, NM, lp, g, tig, nch, ngp, cpg_sh, row_words);
 			mq_next(lp, NM, nsteps, stride);
 		}
 		if (odd)
-			mq_compute<BITS>(r1, xs, cp.st, tig, nch, bact, part, acc_a, acc_b);
+			mq_compute<BITS, S>(r1, xs, cp.st, tig, nch, bact, part, acc_a, acc_b);
 		else
-			mq_compute<BITS>(r0, xs, cp.st, tig, nch, bact, part, acc_a, acc_b);
+			mq_compute<BITS, S>(r0, xs, cp.st, tig, nch, bact, part, acc_a, acc_b);
 		if (cp.st == nsteps - 1) { /* this (tile, m) is done */
 			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
 			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
@@ -954,24 +1078,26 @@ __global__ void k_matvec_dense(const void *W, int rows, int cols, const float *_
 #define GN 64
 #define GK 32
 
+/* sb: the (scale, bias) pairs, ngp per row (sb_ngp), tsh = sb_tsh(group) */
 template <int BITS, class S>
-__device__ __forceinline__ float gemm_w(const void *W, const void *sc, const void *bi, int cols, int group,
+__device__ __forceinline__ float gemm_w(const void *W, const void *sb, int cols, int group, int ngp, int tsh,
 					 int row, int col)
 {
 	if (BITS == 0)
 		return S::ld(W, (size_t)row * cols + col);
 	const uint32_t *rw = (const uint32_t *)W + (size_t)row * ((size_t)cols * BITS / 32);
-	size_t gi = (size_t)row * (cols / group) + col / group;
-	return S::ld(sc, gi) * (float)code_at<BITS>(rw, col) + S::ld(bi, gi);
+	float s, b;
+	S::ldp(sb, sb_at(row, col / group, ngp, tsh), s, b);
+	return s * (float)code_at<BITS>(rw, col) + b;
 }
 
 template <int BITS, class S>
-__global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sc, const void *bi, int rows, int cols,
-					       int group, const float *__restrict__ X, int n, const float *bias,
-					       float *Y)
+__global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sb, int rows, int cols, int group,
+					       const float *__restrict__ X, int n, const float *bias, float *Y)
 {
 	pdl_trigger();
 	pdl_wait();
+	const int ngp = BITS ? sb_ngp(cols, group) : 0, tsh = sb_tsh(group);
 	__shared__ float Ws[GK][GM + 4];
 	__shared__ float Xs[GK][GN + 4];
 	int tid = threadIdx.x, row0 = blockIdx.x * GM, tok0 = blockIdx.y * GN;
@@ -983,7 +1109,7 @@ __global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sc, con
 #pragma unroll
 		for (int i = 0; i < 8; i++) {
 			int col = k0 + lk + i;
-			Ws[lk + i][lr] = (row < rows && col < cols) ? gemm_w<BITS, S>(W, sc, bi, cols, group, row, col) : 0.0f;
+			Ws[lk + i][lr] = (row < rows && col < cols) ? gemm_w<BITS, S>(W, sb, cols, group, ngp, tsh, row, col) : 0.0f;
 		}
 		int tok = tok0 + lr;
 #pragma unroll
@@ -1231,8 +1357,7 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 
 template <int BITS, class S, int BK>
 __global__ void __launch_bounds__(TG_THREADS, 2)
-	k_gemm_tc(const uint8_t *__restrict__ W, const void *__restrict__ SC, const void *__restrict__ BI, int rows,
-		  int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
+	k_gemm_tc(const uint8_t *__restrict__ W, const void *__restrict__ SB, int rows, int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
 		  const float *__restrict__ XS, const float *__restrict__ INV, int n, const float *__restrict__ bias,
 		  float *__restrict__ Y)
 {
@@ -1245,7 +1370,7 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
 	const int tok0 = blockIdx.x * TG_BN, row0 = blockIdx.y * TG_BM;
-	const int nk = cols / BK, ng = cols / group;
+	const int nk = cols / BK, ngp = sb_ngp(cols, group), tsh = sb_tsh(group);
 	__half *As = (__half *)(tsm + NS * STAGE); /* [2][TG_BM][LD] */
 	/* rows past the end read the last row, tokens past n the last token;
 	 * neither is stored */
@@ -1306,9 +1431,8 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 		for (int mi = 0; mi < 4; mi++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				const size_t idx = (size_t)min(row0 + wm * 64 + mi * 16 + g + 8 * h, rows - 1) * ng + gi;
-				sv[mi][h] = S::ld(SC, idx);
-				bv[mi][h] = S::ld(BI, idx);
+				S::ldp(SB, sb_at(min(row0 + wm * 64 + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh),
+				       sv[mi][h], bv[mi][h]);
 			}
 #pragma unroll
 		for (int ni = 0; ni < 4; ni++)
@@ -1434,8 +1558,7 @@ template <int BITS, class S>
 static void gemm_launch(const kq_matrix *m, const float *x, int n, const float *bias, float *y)
 {
 	dim3 grid((m->rows + GM - 1) / GM, (n + GN - 1) / GN);
-	k_gemm<BITS, S><<<grid, 256, 0, g_stream>>>(m->w, m->scales, m->biases, m->rows, m->cols, m->group_size, x, n,
-						    bias, y);
+	k_gemm<BITS, S><<<grid, 256, 0, g_stream>>>(m->w, m->scales, m->rows, m->cols, m->group_size, x, n, bias, y);
 }
 
 template <class S>
@@ -1585,7 +1708,7 @@ static int tg_launch_bk(const kq_matrix *m, const tg_x &x, const float *bias, fl
 {
 	dim3 grid((x.n + TG_BN - 1) / TG_BN, (m->rows + TG_BM - 1) / TG_BM);
 	k_gemm_tc<BITS, S, BK><<<grid, TG_THREADS, tg_smem(BITS, BK), g_stream>>>(
-		(const uint8_t *)m->w, m->scales, m->biases, m->rows, m->cols, m->group_size, x.xh, x.xl, x.xs, x.inv,
+		(const uint8_t *)m->w, m->scales, m->rows, m->cols, m->group_size, x.xh, x.xl, x.xs, x.inv,
 		x.n, bias, y);
 	LAUNCHED("k_gemm_tc");
 	return 0;
@@ -1649,7 +1772,9 @@ static int mq_init(void)
 
 static int mq_ok(const kq_matrix *m)
 {
+	/* groups of 32, 64, 128: a lane's 4 pairs per row are contiguous (sb_at) */
 	return (m->bits == 4 || m->bits == 8) && !((uintptr_t)m->w & 15) && g_mv_impl != 1 &&
+	       (m->group_size == 32 || m->group_size == 64 || m->group_size == 128) &&
 	       (size_t)(m->cols / 32) * MQ_CW * 4 + 64 <= MQ_SMEM_MAX;
 }
 
@@ -1682,7 +1807,6 @@ static int matvec_fused(int count, const kq_matrix *const *ms, const float *x, c
 	for (int i = 0; i < count; i++) {
 		a.w[i] = (const uint32_t *)ms[i]->w;
 		a.s[i] = ms[i]->scales;
-		a.b[i] = ms[i]->biases;
 		a.bias[i] = bias ? bias[i] : NULL;
 		a.y[i] = y[i];
 		a.rows[i] = ms[i]->rows;
@@ -1796,8 +1920,7 @@ extern "C" int kc_linear_glu(const kq_matrix *gate, const kq_matrix *up, const f
 		for (int i = 0; i < 2; i++) {
 			a.w[i] = (const uint32_t *)ms[i]->w;
 			a.s[i] = ms[i]->scales;
-			a.b[i] = ms[i]->biases;
-			a.rows[i] = ms[i]->rows;
+				a.rows[i] = ms[i]->rows;
 		}
 		a.y[0] = g_out;
 		a.count = 2;
@@ -1822,23 +1945,24 @@ extern "C" int kc_linear_glu(const kq_matrix *gate, const kq_matrix *up, const f
 /* ---- embedding ---- */
 
 template <int BITS, class S>
-__global__ void k_embed(const void *W, const void *sc, const void *bi, int rows, int cols, int group,
-			const int *tokens, float scale, float *out)
+__global__ void k_embed(const void *W, const void *sb, int rows, int cols, int group, const int *tokens,
+			float scale, float *out)
 {
 	pdl_trigger();
 	pdl_wait();
+	const int ngp = BITS ? sb_ngp(cols, group) : 0, tsh = sb_tsh(group);
 	int t = blockIdx.x;
 	int tok = tokens[t];
 	if (tok < 0 || tok >= rows) /* the caller checked; a bad id reads row 0, never out of bounds */
 		tok = 0;
 	for (int j = threadIdx.x; j < cols; j += blockDim.x)
-		out[(size_t)t * cols + j] = gemm_w<BITS, S>(W, sc, bi, cols, group, tok, j) * scale;
+		out[(size_t)t * cols + j] = gemm_w<BITS, S>(W, sb, cols, group, ngp, tsh, tok, j) * scale;
 }
 
 template <class S>
 static int embed_dispatch(const kq_matrix *m, const int *tok, int n, float scale, float *out)
 {
-#define EL(B) k_embed<B, S><<<n, 256, 0, g_stream>>>(m->w, m->scales, m->biases, m->rows, m->cols, m->group_size, tok, scale, out)
+#define EL(B) k_embed<B, S><<<n, 256, 0, g_stream>>>(m->w, m->scales, m->rows, m->cols, m->group_size, tok, scale, out)
 	switch (m->bits) {
 	case 0: EL(0); break;
 	case 2: EL(2); break;

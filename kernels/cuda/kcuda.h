@@ -55,11 +55,16 @@ int kc_memset(void *dst, int byte, size_t bytes);               /* queued */
 int kc_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows);
 int kc_sync(void);
 
-/* Copies a host matrix (possibly unaligned mapped data) to the device in
- * its stored form; dev gets the same shape with device pointers. */
+/* Copies a host matrix (possibly unaligned mapped data) to the device:
+ * dev gets the same shape with device pointers, the codes (or dense
+ * weights) in their stored form; a quantized matrix's scales and biases
+ * are interleaved into (scale, bias) pairs in the order the kernels read
+ * them (kcuda.cu, "scales and biases on the device"): dev->scales points
+ * to the pairs and dev->biases is NULL. Only kc_* kernels read them. */
 int kc_matrix_upload(const kq_matrix *host, kq_matrix *dev);
 void kc_matrix_free(kq_matrix *dev);
-/* Bytes the device copy occupies (codes + scales + biases). */
+/* Bytes of codes + scales + biases (the stored form: what a decode step
+ * reads; the device's pair rows add up to a few padding pairs each). */
 uint64_t kc_matrix_bytes(const kq_matrix *m);
 /* Device-filled random matrix for benchmarks: codes uniform, scales in
  * [smin, smax) and biases = -scale * (2^bits - 1) / 2 (zero-mean weights).

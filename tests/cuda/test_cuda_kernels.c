@@ -582,6 +582,18 @@ int main(int argc, char **argv)
 	test_linear(R, 130, 14336, 4, 64, KDT_BF16);
 	test_linear(R, 64, 2048, 8, 128, KDT_F32);
 	test_linear(R, 40, 10240, 8, 32, KDT_F16);
+	/* the (scale, bias) pair layout (kcuda.cu: blocks of 512 columns, a
+	 * row's pairs padded to whole blocks): widths of 3 whole blocks plus
+	 * one group, so the last block is partial, for every group x scale
+	 * dtype on the tensor-core matvec (4, 8 bits), the SIMT matvec (5
+	 * bits), the GEMMs and the embedding (test_linear runs n = 1, 5, 70) */
+	for (int gi = 0; gi < 3; gi++)
+		for (int dt = 0; dt < KDT_COUNT; dt++) {
+			test_linear(R, 50, 1536 + groups[gi], 4, groups[gi], (kdtype)dt);
+			test_linear(R, 37, 1536 + groups[gi], 8, groups[gi], (kdtype)dt);
+			test_linear(R, 21, 1536 + groups[gi], 5, groups[gi], (kdtype)dt);
+			test_linear_glu(R, 40, 1536 + groups[gi], 4 + 4 * (dt & 1), groups[gi], (kdtype)dt, dt);
+		}
 	for (int act = 0; act < 3; act++) { /* fused gate/up + GLU: 4, 8 bits one launch; 3 bits the fallback */
 		test_linear_glu(R, 67, 320, 4, 64, (kdtype)act, act);
 		test_linear_glu(R, 48, 4096, 8, 32 << act, (kdtype)((act + 1) % 3), act);
