@@ -172,7 +172,11 @@ extern "C" int kc_sync(void)
  * (launch_pdl) and fetch their first weights, which depend on no kernel,
  * before pdl_wait, which returns once the predecessor has completed and
  * its writes are visible (then, transitively, every earlier kernel's).
- * Without the attribute both are no-ops. MLXR_CUDA_PDL=0 turns it off. */
+ * Without the attribute both are no-ops. MLXR_CUDA_PDL=0 turns it off.
+ * Rejected (run 15): the attribute on every decode kernel (norms, RoPE,
+ * attention, merge, argmax, SIMT matvec): 8B decode 320.7 -> 279.9 tok/s,
+ * 1B 1039 -> 994 (not analysed; the SIMT matvec's many early blocks,
+ * waiting, also slowed it 6.9 -> 21.7 us on qkv). */
 static __device__ __forceinline__ void pdl_trigger(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -634,9 +638,11 @@ __global__ void __launch_bounds__(32 * KC_MV_WARPS) k_matvec_q(mv_args a, const 
 #ifndef MQ_MINB
 #define MQ_MINB 3 /* blocks per SM the registers must allow: 3 (168 regs) measured 5-15% faster than 4 (128 regs, spills) */
 #endif
-/* tiles x matrices from which k_matvec_wt takes the launch: lm_head (8016
- * tiles) yes; gate/up+GLU (896 x 2) measured 31 us split vs 43 us
- * warp-owned, so no */
+/* tiles x matrices from which k_matvec_wt takes the launch under
+ * kc_matvec_impl(3): lm_head (8016 tiles) was faster warp-owned before the
+ * pair layout (110 vs 112 us), slower after it (104.5 vs 91.2 us, run 14),
+ * so the default no longer takes it; gate/up+GLU (896 x 2) measured 31 us
+ * split vs 43 us warp-owned */
 #define MQ_WT_MIN 4096
 #define MQ_SMEM_MAX (200 << 10) /* staged x: 144 B per 32 columns, up to 45,000 columns */
 #define MQ_CW 36    /* words per staged chunk: hi[16] lo[16] sum mult pad: 144 B keeps the 8 reading lanes conflict-free */
@@ -1596,7 +1602,7 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 	 * splitting the columns (4096 rows make 256 tiles: ~2 blocks per SM). */
 	int occ = 0;
 	if constexpr (BITS == 4) { /* 8 bits: two register sets would spill */
-		if (a.tiles * NM >= MQ_WT_MIN && g_mv_impl != 2) {
+		if (a.tiles * NM >= MQ_WT_MIN && g_mv_impl == 3) {
 			if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_wt<BITS, S, NM>, 32 * MQ_WARPS,
 									   smem) != cudaSuccess || occ < 1)
 				occ = 1;

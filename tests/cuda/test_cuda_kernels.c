@@ -599,13 +599,15 @@ int main(int argc, char **argv)
 		test_linear_glu(R, 48, 4096, 8, 32 << act, (kdtype)((act + 1) % 3), act);
 		test_linear_glu(R, 33, 256, 3, 128, KDT_BF16, act);
 	}
-	/* enough row tiles for the warp-per-tile kernel (k_matvec_wt): lm_head-like, gate/up+GLU */
-	test_linear(R, 65550, 128, 4, 64, KDT_F16);
-	test_linear_glu(R, 32800, 256, 4, 32, KDT_BF16, 0);
-	test_linear_glu(R, 8200, 512, 8, 64, KDT_F32, 1);
-	kc_matvec_impl(2); /* the same without it */
-	test_linear(R, 65550, 128, 4, 64, KDT_BF16);
-	kc_matvec_impl(0);
+	/* enough row tiles for the warp-per-tile kernel (k_matvec_wt, taken
+	 * under kc_matvec_impl(3)): lm_head-like, gate/up+GLU; then the same
+	 * shapes on the default kernel */
+	for (int impl = 3; impl >= 0; impl -= 3) {
+		kc_matvec_impl(impl);
+		test_linear(R, 65550, 128, 4, 64, (kdtype)(1 + impl / 3));
+		test_linear_glu(R, 32800, 256, 4, 32, KDT_BF16, 0);
+		test_linear_glu(R, 8200, 512, 8, 64, KDT_F32, 1);
+	}
 	/* the SIMT matvec, which the tensor-core kernel replaced for 4 and 8 bits */
 	kc_matvec_impl(1);
 	for (int bi = 2; bi < 6; bi += 3)
