@@ -21,7 +21,7 @@ rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("Metric Value"); ui = h.index("Metric Unit")
 t = collections.defaultdict(float); n = collections.Counter()
 for r in rows[1:]:
-    v = float(r[vi].replace(",", "")); v = v / 1000 if r[ui] == "nsecond" else v
+    v = float(r[vi].replace(",", "")); v = v / 1000 if r[ui] in ("nsecond", "ns") else v
     name = r[ki].split("(")[0].split("<")[0]; t[name] += v; n[name] += 1
 tot = sum(t.values())
 for k, v in sorted(t.items(), key=lambda x: -x[1]):
