@@ -142,6 +142,7 @@ int main(int argc, char **argv)
 	/* read bandwidth: parallel sum over 1 GiB */
 	size_t bw_bytes = (size_t)1 << 30;
 	uint64_t *big = malloc(bw_bytes);
+	kmem_advise_huge(big, bw_bytes); /* as the worker holds the weights */
 	memset(big, 1, bw_bytes);
 	sum_job sj = {.p = big, .n_per = bw_bytes / 8 / 256};
 	double best = 1e9;
@@ -166,6 +167,7 @@ int main(int argc, char **argv)
 	size_t one = wb + 2 * sb + 64;
 	int copies = (int)(((size_t)1 << 30) / one) + 1;
 	uint8_t *mem = malloc(one * (size_t)copies + 1);
+	kmem_advise_huge(mem, one * (size_t)copies + 1);
 	srand(1);
 	for (size_t i = 0; i < one * (size_t)copies + 1; i++)
 		mem[i] = (uint8_t)rand();

@@ -39,6 +39,7 @@ static double mem_bandwidth(void)
 	uint64_t *buf = mmap(NULL, BW_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (buf == MAP_FAILED)
 		return 0;
+	kmem_advise_huge(buf, BW_BYTES); /* as the weights are held (st_make_resident) */
 	memset(buf, 1, BW_BYTES);
 	bw_job j = { buf, 0, { 0 } };
 	int parts = kpool_threads() * 16;

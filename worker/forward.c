@@ -28,6 +28,8 @@ int model_state_init(model_state *s, const model *m, int ctx, int max_batch)
 	s->kv_dt = model_kv_dtype();
 	s->k = malloc(kv * (s->kv_dt == KDT_F32 ? 4 : 2));
 	s->v = malloc(kv * (s->kv_dt == KDT_F32 ? 4 : 2));
+	kmem_advise_huge(s->k, kv * (s->kv_dt == KDT_F32 ? 4 : 2));
+	kmem_advise_huge(s->v, kv * (s->kv_dt == KDT_F32 ? 4 : 2));
 	s->x = malloc(B * H * sizeof(float));
 	s->xb = malloc(B * H * sizeof(float));
 	s->q = malloc(B * qd * sizeof(float));

@@ -265,6 +265,11 @@ static int model_bind(model *m, const qcfg *qcp, char *err, size_t errlen)
 
 int model_load(model *m, const char *dir, char *err, size_t errlen)
 {
+	return model_load_ex(m, dir, NULL, err, errlen);
+}
+
+int model_load_ex(model *m, const char *dir, model_par_fn par, char *err, size_t errlen)
+{
 	char path[4096];
 	size_t len;
 	json_doc doc = { 0 };
@@ -294,7 +299,7 @@ int model_load(model *m, const char *dir, char *err, size_t errlen)
 	}
 	if (qc.q && !json_get(qc.q, "bits"))
 		qc.q = NULL; /* e.g. a foreign quantization_config: shapes will reject it */
-	if (st_open_dir(&m->st, dir, err, errlen))
+	if (st_open_dir(&m->st, dir, err, errlen) || (par && st_make_resident(&m->st, par, err, errlen)))
 		goto fail;
 
 	if (model_bind(m, &qc, err, errlen))
@@ -341,7 +346,7 @@ int model_check_memory(const model_config *c, uint64_t weight_bytes, int ctx, in
 	return 0;
 }
 
-int model_from_parts(model *m, model_config *cfg, st_set *st, char *err, size_t errlen)
+int model_from_parts(model *m, model_config *cfg, st_set *st, model_par_fn par, char *err, size_t errlen)
 {
 	memset(m, 0, sizeof(*m));
 	m->cfg = *cfg;
@@ -349,7 +354,7 @@ int model_from_parts(model *m, model_config *cfg, st_set *st, char *err, size_t 
 	memset(cfg, 0, sizeof(*cfg));
 	memset(st, 0, sizeof(*st));
 	qcfg qc = { NULL, 1 };
-	if (model_bind(m, &qc, err, errlen)) {
+	if ((par && st_make_resident(&m->st, par, err, errlen)) || model_bind(m, &qc, err, errlen)) {
 		model_free(m);
 		return -1;
 	}

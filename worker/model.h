@@ -88,6 +88,11 @@ typedef struct {
  * tensor against the configuration. Returns 0 or -1 with one line in err
  * naming the file, tensor and rule. */
 int model_load(model *m, const char *dir, char *err, size_t errlen);
+/* The same, then (par non-NULL) the weights are copied into huge-page
+ * memory before binding (st_make_resident, parallel through par). The
+ * broker validates with model_load and copies nothing. */
+typedef void (*model_par_fn)(int n, void (*fn)(void *arg, int i), void *arg);
+int model_load_ex(model *m, const char *dir, model_par_fn par, char *err, size_t errlen);
 void model_free(model *m);
 
 /* Parses config.json bytes into cfg (no tensors). */
@@ -100,8 +105,8 @@ int model_config_unpack(model_config *cfg, ipc_rd *rd, char *err, size_t errlen)
 /* Builds a model from a configuration and a tensor set that the broker
  * validated (both taken over, freed by model_free): binds every tensor,
  * re-checking shapes, but not against config.json (which the worker never
- * sees). */
-int model_from_parts(model *m, model_config *cfg, st_set *st, char *err, size_t errlen);
+ * sees). par as for model_load_ex. */
+int model_from_parts(model *m, model_config *cfg, st_set *st, model_par_fn par, char *err, size_t errlen);
 const char *model_arch_name(model_arch a);
 
 /* Memory check, before anything is allocated: a session of ctx tokens

@@ -164,7 +164,7 @@ static int do_load(server *sv, ipc_msg *m)
 	}
 	memset(&sv->s, 0, sizeof(sv->s));
 	sv->s.gpu = worker_gpu;
-	if (model_from_parts(&sv->s.m, &cfg, &st, err, sizeof(err)) ||
+	if (model_from_parts(&sv->s.m, &cfg, &st, worker_gpu ? NULL : session_weights_par(), err, sizeof(err)) ||
 	    session_init(&sv->s, &f, (int)ctx, err, sizeof(err))) {
 		munmap((void *)man, manlen);
 		return send_error(sv, WC_ERR_MODEL, err, 0, 0);

@@ -143,6 +143,16 @@ fail:
 	return -1;
 }
 
+model_par_fn session_weights_par(void)
+{
+	const char *e = getenv("MLXR_MMAP");
+	if (e && !strcmp(e, "1"))
+		return NULL;
+	if (kpool_threads() <= 1)
+		kpool_init(0); /* all online CPUs, or MLXR_THREADS */
+	return kpool_for;
+}
+
 int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
 {
 	mf_files f;
@@ -150,7 +160,7 @@ int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen)
 	trace_mark("inproc: load starts");
 	if (mf_read(dir, &f, err, errlen))
 		return -1;
-	if (model_load(&s->m, dir, err, errlen)) {
+	if (model_load_ex(&s->m, dir, session_weights_par(), err, errlen)) {
 		mf_free(&f);
 		return -1;
 	}

@@ -88,6 +88,10 @@ typedef struct {
 /* Returns nonzero to stop generation. */
 typedef int (*session_emit)(void *arg, const char *text, size_t len);
 
+/* How the CPU backend holds the weights: copied into huge-page memory on
+ * the kernel pool (model_load_ex), or NULL, left in the file mapping, when
+ * MLXR_MMAP=1 (faster load, shares the page cache, slower decode). */
+model_par_fn session_weights_par(void);
 /* Loads a model directory (model_load + the small files) in-process. */
 int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen);
 /* Finishes a session whose s->m is already built (the worker builds it from

@@ -65,6 +65,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -294,4 +295,12 @@ void kpool_for(int n, void (*fn)(void *arg, int i), void *arg)
 		spins = 0;
 	}
 	atomic_flag_clear(&P.busy);
+}
+
+void kmem_advise_huge(void *p, size_t n)
+{
+	const uintptr_t huge = (uintptr_t)2 << 20;
+	uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
+	if (p && e > a)
+		(void)madvise((void *)a, e - a, MADV_HUGEPAGE);
 }

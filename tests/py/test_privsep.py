@@ -38,11 +38,11 @@ def status(pid):
     return dict(l.split(":\t", 1) for l in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in l)
 
 
-def start_long(model, *extra):
+def start_long(model, *extra, env=None):
     """A one-shot generation that runs for a while; returns (process, worker pid)."""
     p = subprocess.Popen([MLXR, "run", str(model), "--temp", "0", "--max", "3000", "--ctx", "4096", *extra,
                           "Write a very long story about a dragon and a clockmaker."],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     end = time.time() + 60
     while time.time() < end:
         kids = children(p.pid)
@@ -184,8 +184,8 @@ def test_malformed_message_ends_the_worker_not_the_broker(smol, tmp_path):
         tmux("kill-session", "-t", session)
 
 
-def truncate_during_generation(model_dir, *flags):
-    p, w = start_long(model_dir, *flags)
+def truncate_during_generation(model_dir, *flags, env=None):
+    p, w = start_long(model_dir, *flags, env=env)
     # Wait for the answer to start streaming, then cut the weights in half.
     os.set_blocking(p.stdout.fileno(), False)
     end = time.time() + 60
@@ -207,11 +207,51 @@ def truncate_during_generation(model_dir, *flags):
 
 
 def test_truncated_weights_kill_only_the_worker(smol, tmp_path):
+    """MLXR_MMAP=1 leaves the CPU worker's weights in the file mapping: a file
+    cut under it kills the worker (SIGBUS), and only the worker."""
+    d = tmp_path / "m"
+    shutil.copytree(smol, d)
+    alive, rc, err = truncate_during_generation(d, env={**os.environ, "MLXR_MMAP": "1"})
+    assert not alive and rc == 1, "the request fails"
+    assert "the model worker failed" in err and "signal 7" in err, err
+
+
+def test_resident_weights_survive_a_truncated_file(smol, tmp_path):
+    """By default the CPU worker copies the weights into its own memory at
+    load (st_make_resident): cutting the file afterwards changes nothing."""
     d = tmp_path / "m"
     shutil.copytree(smol, d)
     alive, rc, err = truncate_during_generation(d)
-    assert not alive and rc == 1, "the request fails"
-    assert "the model worker failed" in err and "signal 7" in err, err
+    assert alive, f"the worker kept generating; stderr: {err}"
+
+
+def thp_mode():
+    try:
+        return re.search(r"\[(\w+)\]", Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()).group(1)
+    except (OSError, AttributeError):
+        return "absent"
+
+
+@pytest.mark.skipif(thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off on this machine")
+def test_resident_weights_are_in_huge_pages(smol):
+    """The copy asks for 2 MiB pages (MADV_HUGEPAGE): the worker's anonymous
+    huge pages cover at least half the weights while it generates; with
+    MLXR_MMAP=1 there is no copy and far fewer."""
+    weights = sum(f.stat().st_size for f in Path(smol).glob("*.safetensors"))
+    huge = {}
+    for mode in ("0", "1"):
+        p, w = start_long(smol, env={**os.environ, "MLXR_MMAP": mode})
+        try:
+            end = time.time() + 60
+            while time.time() < end and not p.stdout.read(1):
+                time.sleep(0.05)  # the answer streams: the model is loaded
+            kb = re.search(r"AnonHugePages:\s+(\d+) kB", Path(f"/proc/{w}/smaps_rollup").read_text())
+            huge[mode] = int(kb.group(1)) * 1024
+        finally:
+            p.kill()
+            p.communicate()
+    assert huge["0"] >= weights // 2, (huge, weights)
+    assert huge["1"] < huge["0"] - weights // 4, (huge, weights)
 
 
 def test_sealed_weights_survive_a_truncated_file(smol, tmp_path):
