@@ -17,6 +17,7 @@ FETCHER_LDLIBS = -lbearssl
 AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 AMX_FLAGS    = $(AVX512_FLAGS) -mavx512bf16 -mamx-tile -mamx-bf16
+VNNI_FLAGS   = $(AVX512_FLAGS) -mavx512vnni
 
 # One archive of every module; each binary's main pulls in only the objects
 # its role references (tests/py/test_roles.py checks what each one links).
@@ -41,6 +42,9 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c
 $(BUILD)/obj/%_amx.o: %_amx.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AMX_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%_vnni.o: %_vnni.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(VNNI_FLAGS) -MMD -MP -c $< -o $@
 # Under sanitizers (asan, fuzz: SAN_TRIM set), clang's pointer-overflow and
 # alignment checks on the decode-attention kernels' unrolled SIMD loops took
 # 7 (avx2) and over 10 (avx512) minutes a file at -O1 on 2 cores, 1-2 minutes
@@ -196,6 +200,8 @@ fixtures: pyenv $(BUILD)/mlxr
 
 unit-test: $(TEST_BIN)
 	@set -e; for t in $(TEST_BIN); do echo "== $$t"; $$t; done
+	@echo "== test_kernels, MLXR_VNNI=0 (the f32 4-bit matvec where VNNI is there)"
+	@MLXR_VNNI=0 $(BUILD)/tests/test_kernels
 
 py-test: fixtures $(BUILD)/mlxr
 	MLXR=$(abspath $(BUILD)/mlxr) MLXR_BUILD=$(abspath $(BUILD)) $(PYENV)/venv/bin/python -m pytest -q tests/py

@@ -42,8 +42,11 @@ const kernel_table *kernels_avx512(void)
 {
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("fma") && has_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && k_table_avx512.matvec)
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && k_table_avx512.matvec) {
+		const char *e = getenv("MLXR_VNNI"); /* the 4-bit matvec on VNNI (matvec_vnni.c) */
+		k_vnni_ready = __builtin_cpu_supports("avx512vnni") && !(e && strcmp(e, "0") == 0);
 		return &k_table_avx512;
+	}
 	return NULL;
 }
 

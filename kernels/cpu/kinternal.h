@@ -122,6 +122,20 @@ void k_attention_avx512(const float *q, const void *k, const void *v, kdtype kvd
 extern int k_amx_ready;
 int k_amx_matmul(const kq_matrix *m, const float *x, int n, const float *bias, float *y);
 
+/* The 4-bit matvec on AVX512-VNNI (matvec_vnni.c). k_vnni_ready is set
+ * by kernels_avx512() when the CPU has AVX512-VNNI and MLXR_VNNI is not
+ * "0". k_vnni_quantize_x writes x (cols a multiple of 64) as three int8
+ * terms per 32-block, K_VNNI_STEP bytes per 128 columns
+ * (k_vnni_xq_bytes(cols) in all); k_vnni_rows_q4 computes rows [r0, r1)
+ * of a 4-bit matrix with it (xs: f32 group sums of x; ahead: prefetch
+ * distance in bytes). */
+#define K_VNNI_STEP 448
+extern int k_vnni_ready;
+size_t k_vnni_xq_bytes(int cols);
+void k_vnni_quantize_x(const float *x, int cols, uint8_t *xq);
+void k_vnni_rows_q4(const kq_matrix *m, const uint8_t *xq, const float *xs, const float *bias, float *y,
+		    size_t ahead, int r0, int r1);
+
 /* Sum of x over each group of `gs` values: xs[g] = sum x[g*gs .. g*gs+gs). */
 void k_group_sums(const float *x, int cols, int gs, float *xs);
 

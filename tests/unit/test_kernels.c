@@ -160,6 +160,10 @@ static void check_dot(const char *what, const kernel_table *t, const kq_matrix *
 	}
 }
 
+/* 1: test_matrix's x has outliers (every 97th value x1000) and a zero
+ * 32-block, for the per-block scaling of the VNNI matvec (matvec_vnni.c). */
+static int x_outliers;
+
 static void test_matrix(const kernel_table *t, int rows, int cols, int bits, int gs, kdtype wdt, kdtype sdt, int off)
 {
 	const kernel_table *ref = kernels_ref();
@@ -169,6 +173,8 @@ static void test_matrix(const kernel_table *t, int rows, int cols, int bits, int
 	enum { NMAX = 9 };
 	float *x = fvec(NMAX * cols + 1, -1, 1);
 	float *xu = x + 1; /* activations 4-byte aligned only */
+	for (int i = 0; x_outliers && i < NMAX * cols; i++)
+		xu[i] = i % 97 == 5 ? xu[i] * 1000.0f : i >= 64 && i < 96 ? 0.0f : xu[i];
 	float *bias = fvec(rows, -1, 1);
 	float *want = malloc(sizeof(float) * (size_t)(NMAX * rows));
 	float *got = malloc(sizeof(float) * (size_t)(NMAX * rows));
@@ -516,6 +522,15 @@ static void test_table(const kernel_table *t)
 	test_matrix(t, 9, 352, 8, 32, KDT_F32, KDT_F16, 2);
 	test_matrix(t, 67, 4096, 3, 128, KDT_F32, KDT_BF16, 2);
 	test_matrix(t, 130, 2048, 0, 0, KDT_BF16, KDT_F32, 2);
+	/* 4-bit, 576 columns (SmolLM2): the VNNI matvec's last step is 64
+	 * columns and its last chunk 9 or 18 groups; then x with outliers */
+	test_matrix(t, 13, 576, 4, 64, KDT_F32, KDT_F16, 1);
+	test_matrix(t, 13, 576, 4, 32, KDT_F32, KDT_BF16, 2);
+	x_outliers = 1;
+	test_matrix(t, 37, 2048, 4, 64, KDT_F32, KDT_F16, 3);
+	test_matrix(t, 13, 576, 4, 32, KDT_F32, KDT_F32, 1);
+	test_matrix(t, 11, 1024, 4, 128, KDT_F32, KDT_BF16, 2);
+	x_outliers = 0;
 	test_matvec_multi(t);
 	test_elementwise(t);
 	test_attention(t);
