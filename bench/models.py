@@ -215,6 +215,21 @@ def _build(shape, bits, tmp, log):
                                                      gguf_type=GGUF_TYPE[bits], config=cfg), indent=1))
 
 
+def drop_written_pages(d):
+    """fsync, then drop the files' pages from the page cache: written pages
+    are cached in small folios, and both engines map the weights; the next
+    read caches them in large folios, which mlxr maps in 2 MiB pages (README,
+    "Weights in memory"). mlxr import and pull do the same."""
+    for f in Path(d).rglob("*"):
+        if f.is_file():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 def ensure(shape, bits, log=print):
     """Path of the built <shape>-q<bits> directory, building it if absent."""
     final = model_path(shape, bits)
@@ -225,6 +240,7 @@ def ensure(shape, bits, log=print):
     try:
         log(f"building {final.name} (MLX {bits}-bit g{GROUP} + GGUF {GGUF_TYPE[bits]})")
         _build(shape, bits, tmp, log)
+        drop_written_pages(tmp)
         os.rename(tmp, final)
     finally:
         if tmp.exists():

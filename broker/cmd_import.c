@@ -215,9 +215,18 @@ int cmd_import(int argc, char **argv)
 	if (rc == 0 && wclient_import(fd, outs, o.bits, o.group_size, no_sandbox, summary, sizeof(summary), &we))
 		rc = -1, snprintf(err, sizeof(err), "%s", we.msg);
 	close(fd);
-	for (int i = 0; i < 4; i++)
-		if (outs[i] >= 0 && fsync(outs[i]) + close(outs[i]) && rc == 0)
+	/* fsync, then drop the written pages from the page cache: written
+	 * pages are cached in small folios, and the worker maps the weights in
+	 * 2 MiB pages only where the page cache holds large ones, which the
+	 * first read after this builds (README, "Weights in memory"). */
+	for (int i = 0; i < 4; i++) {
+		if (outs[i] < 0)
+			continue;
+		int bad = fsync(outs[i]);
+		(void)posix_fadvise(outs[i], 0, 0, POSIX_FADV_DONTNEED);
+		if (bad + close(outs[i]) && rc == 0)
 			rc = -1, snprintf(err, sizeof(err), "writing %s: %s", names[i], strerror(errno));
+	}
 	if (rc == 0 && fsync(dfd))
 		rc = -1, snprintf(err, sizeof(err), "fsync: %s", strerror(errno));
 	close(dfd);

@@ -386,6 +386,7 @@ static int pull_one(const char *base, const char *name, const char *sha, const p
 		return -1;
 	}
 	fsync(fd);
+	(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); /* as cmd_import.c: the next read caches large folios */
 	close(fd);
 	unlinkat(dfd, side, 0);
 	if (!quiet && !tty) {

@@ -74,8 +74,10 @@ void st_close(st_set *set);
  * thread), and rebases every tensor's data pointer; the file mappings are
  * unmapped. Why: on the machines measured (README, "Weights in memory")
  * a 4 KiB-page mapping of the page cache streams at about half the
- * memory's read bandwidth, a 2 MiB-page one at full speed. On failure the
- * set is unchanged and err says why. */
+ * memory's read bandwidth, a 2 MiB-page one at full speed; the copy makes
+ * that independent of how the page cache holds the file, at a load-time
+ * cost (MLXR_WEIGHTS=copy). On failure the set is unchanged and err says
+ * why. */
 int st_make_resident(st_set *set, void (*par)(int n, void (*fn)(void *arg, int i), void *arg), char *err,
 		     size_t errlen);
 

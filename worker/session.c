@@ -145,8 +145,8 @@ fail:
 
 model_par_fn session_weights_par(void)
 {
-	const char *e = getenv("MLXR_MMAP");
-	if (e && !strcmp(e, "1"))
+	const char *e = getenv("MLXR_WEIGHTS");
+	if (!e || strcmp(e, "copy"))
 		return NULL;
 	if (kpool_threads() <= 1)
 		kpool_init(0); /* all online CPUs, or MLXR_THREADS */

@@ -88,9 +88,11 @@ typedef struct {
 /* Returns nonzero to stop generation. */
 typedef int (*session_emit)(void *arg, const char *text, size_t len);
 
-/* How the CPU backend holds the weights: copied into huge-page memory on
- * the kernel pool (model_load_ex), or NULL, left in the file mapping, when
- * MLXR_MMAP=1 (faster load, shares the page cache, slower decode). */
+/* How the CPU backend holds the weights: NULL (the default), in the
+ * 2 MiB-aligned file mapping, huge pages advised (fast load, shares the
+ * page cache; decode at full speed when the page cache holds the file in
+ * large folios); with MLXR_WEIGHTS=copy, the kernel pool's parallel-for:
+ * copied into private huge-page memory at load (model_load_ex). */
 model_par_fn session_weights_par(void);
 /* Loads a model directory (model_load + the small files) in-process. */
 int session_open(session *s, const char *dir, int ctx, char *err, size_t errlen);

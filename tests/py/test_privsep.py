@@ -207,21 +207,22 @@ def truncate_during_generation(model_dir, *flags, env=None):
 
 
 def test_truncated_weights_kill_only_the_worker(smol, tmp_path):
-    """MLXR_MMAP=1 leaves the CPU worker's weights in the file mapping: a file
+    """By default the CPU worker's weights stay in the file mapping: a file
     cut under it kills the worker (SIGBUS), and only the worker."""
     d = tmp_path / "m"
     shutil.copytree(smol, d)
-    alive, rc, err = truncate_during_generation(d, env={**os.environ, "MLXR_MMAP": "1"})
+    alive, rc, err = truncate_during_generation(d)
     assert not alive and rc == 1, "the request fails"
     assert "the model worker failed" in err and "signal 7" in err, err
 
 
 def test_resident_weights_survive_a_truncated_file(smol, tmp_path):
-    """By default the CPU worker copies the weights into its own memory at
-    load (st_make_resident): cutting the file afterwards changes nothing."""
+    """MLXR_WEIGHTS=copy: the CPU worker copies the weights into its own
+    memory at load (st_make_resident): cutting the file afterwards changes
+    nothing."""
     d = tmp_path / "m"
     shutil.copytree(smol, d)
-    alive, rc, err = truncate_during_generation(d)
+    alive, rc, err = truncate_during_generation(d, env={**os.environ, "MLXR_WEIGHTS": "copy"})
     assert alive, f"the worker kept generating; stderr: {err}"
 
 
@@ -234,13 +235,14 @@ def thp_mode():
 
 @pytest.mark.skipif(thp_mode() not in ("always", "madvise"), reason="transparent huge pages are off on this machine")
 def test_resident_weights_are_in_huge_pages(smol):
-    """The copy asks for 2 MiB pages (MADV_HUGEPAGE): the worker's anonymous
-    huge pages cover at least half the weights while it generates; with
-    MLXR_MMAP=1 there is no copy and far fewer."""
+    """MLXR_WEIGHTS=copy asks for 2 MiB pages (MADV_HUGEPAGE): the worker's
+    anonymous huge pages cover at least half the weights while it
+    generates; with the default file mapping there is no copy and far
+    fewer."""
     weights = sum(f.stat().st_size for f in Path(smol).glob("*.safetensors"))
     huge = {}
-    for mode in ("0", "1"):
-        p, w = start_long(smol, env={**os.environ, "MLXR_MMAP": mode})
+    for mode in ("copy", "map"):
+        p, w = start_long(smol, env={**os.environ, "MLXR_WEIGHTS": mode})
         try:
             end = time.time() + 60
             while time.time() < end and not p.stdout.read(1):
@@ -250,8 +252,8 @@ def test_resident_weights_are_in_huge_pages(smol):
         finally:
             p.kill()
             p.communicate()
-    assert huge["0"] >= weights // 2, (huge, weights)
-    assert huge["1"] < huge["0"] - weights // 4, (huge, weights)
+    assert huge["copy"] >= weights // 2, (huge, weights)
+    assert huge["map"] < huge["copy"] - weights // 4, (huge, weights)
 
 
 def test_sealed_weights_survive_a_truncated_file(smol, tmp_path):
