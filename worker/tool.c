@@ -65,8 +65,7 @@ int tool_read(const char *arg, size_t max, char **out, size_t *len)
 	return 0;
 }
 
-/* Unpacks the argv blob; every string is copied (NUL-terminated). */
-static int unpack(const uint8_t *p, size_t n, int nfds, char ***argvp, int *argcp, const char **arg_of_fd)
+int tool_unpack(const uint8_t *p, size_t n, int nfds, char ***argvp, int *argcp, const char **arg_of_fd)
 {
 	ipc_rd r;
 	ipc_rd_init(&r, p, n);
@@ -115,7 +114,7 @@ int worker_tool(int sock)
 	}
 	const char *args[IPC_MAX_FDS];
 	if (m->type != IPC_TOOL || m->nfds < 1 || ipc_memfd_map(m->fds[0], TOOL_ARGV_MAX, &p, &n, err, sizeof(err)) ||
-	    unpack(p, n, m->nfds - 1, &argv, &argc, args)) {
+	    tool_unpack(p, n, m->nfds - 1, &argv, &argc, args)) {
 		fprintf(stderr, "mlxr-worker: tool: malformed request\n");
 		rc = 1;
 		goto out;
@@ -133,9 +132,14 @@ out:
 	if (p && n)
 		munmap((void *)p, n);
 	ipc_close_fds(m);
+	tool_argv_free(argv, argc);
+	free(m);
+	return rc;
+}
+
+void tool_argv_free(char **argv, int argc)
+{
 	for (int i = 0; argv && i < argc; i++)
 		free(argv[i]);
 	free(argv);
-	free(m);
-	return rc;
 }

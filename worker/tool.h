@@ -16,6 +16,7 @@
 #define MLXR_TOOL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Receives the request on sock and runs it; returns the exit status. */
 int worker_tool(int sock);
@@ -25,6 +26,16 @@ int worker_tool(int sock);
  * at most max bytes. 0; -1 with errno (ENOENT: no file was attached for
  * that argument, EFBIG: over max). */
 int tool_read(const char *arg, size_t max, char **out, size_t *len);
+
+/* The argv blob of fds[0] (n bytes at p) for a request with nfds files:
+ * u32 argc (1..4096), argc byte strings (no NUL inside), u32 nfiles ==
+ * nfds, then per file the index (1..argc-1) of the argument it belongs to
+ * (arg_of_fd[i] = argv[index]); nothing may follow. Every string is copied
+ * and NUL-terminated. 0, or -1 on any violation; either way *argvp, once
+ * set, is freed with tool_argv_free(*argvp, *argcp) (the caller starts
+ * them at NULL, 0). Fuzzed by fuzz/tool_argv_fuzzer.c. */
+int tool_unpack(const uint8_t *p, size_t n, int nfds, char ***argvp, int *argcp, const char **arg_of_fd);
+void tool_argv_free(char **argv, int argc);
 
 int tool_tokenize(int argc, char **argv);
 int tool_chat_render(int argc, char **argv);
