@@ -23,6 +23,10 @@
  *                              cores with k steps of 32 and of 64 columns;
  *                              n = 512 and 4096) and the prefill attention
  *                              alone (chunk and tiled kernels, n = 512, 4096)
+ *   build/cuda-bench att ...   instead of the matvec table: decode attention
+ *                              alone (chunk and split kernels, 8B/1B heads,
+ *                              contexts 17 and 4096)
+ *   ATT_IMPL=i                 the models under kc_attention_impl(i)
  */
 #include <math.h>
 #include <stdio.h>
@@ -272,6 +276,79 @@ static void bench_matvec(double bw)
 	}
 }
 
+/* Decode attention alone (n = 1), us per call: the 8B and 1B heads at a
+ * 17- and a 4096-token context in a cache of 4416 rows (the model runs'
+ * size), 32 launches captured as one graph over 4 cache copies (145 MB for
+ * 8B: the 4K rows are not all in L2), per attention impl (1 the chunk
+ * kernels k_attn_dec + merge, 0 the split kernel, 2 with twice its blocks);
+ * median of 5 replays. */
+static void bench_att_dec(void)
+{
+	static const struct {
+		const char *name;
+		int nh, nkv, hd;
+	} hs[] = {{"8B 32/8 x 128", 32, 8, 128}, {"1B 32/8 x 64", 32, 8, 64}};
+	static const int ctxs[2] = {17, 4096}, impls[3] = {1, 0, 2};
+	const int maxk = 4416, C = 4, L = 32;
+	printf("\n%-22s %6s %10s %10s %10s  (decode attention alone, us per call)\n", "attention n=1", "ctx",
+	       "chunk", "split", "split x2");
+	for (int hi = 0; hi < 2; hi++) {
+		const int nh = hs[hi].nh, nkv = hs[hi].nkv, hd = hs[hi].hd;
+		size_t cn = (size_t)maxk * nkv * hd, qn = (size_t)nh * hd, scb = kc_attention_scratch(1, nh, hd, maxk);
+		float *k[C], *v[C], *q = kc_malloc(qn * 4), *o = kc_malloc(qn * 4);
+		void *sc = kc_malloc(scb);
+		int *dpos = kc_malloc(sizeof(int));
+		if (!q || !o || !sc || !dpos || kc_fill_uniform(q, qn, -1, 1, 3))
+			die("attention buffers");
+		for (int c = 0; c < C; c++)
+			if (!(k[c] = kc_malloc(cn * 4)) || !(v[c] = kc_malloc(cn * 4)) ||
+			    kc_fill_uniform(k[c], cn, -1, 1, 10 + c) || kc_fill_uniform(v[c], cn, -1, 1, 20 + c))
+				die("attention cache");
+		for (int ci = 0; ci < 2; ci++) {
+			int pos = ctxs[ci] - 1;
+			if (kc_upload(dpos, &pos, sizeof(int)))
+				die("upload");
+			double us[3];
+			for (int ii = 0; ii < 3; ii++) {
+				kc_attention_impl(impls[ii]);
+				if (kc_attention(q, k[0], v[0], o, 1, dpos, nh, nkv, hd, 0.088f, 0, 0.0f, maxk, sc) ||
+				    kc_sync() || kc_capture_begin())
+					die("attention warm-up");
+				for (int l = 0; l < L; l++)
+					if (kc_attention(q, k[l % C], v[l % C], o, 1, dpos, nh, nkv, hd, 0.088f, 0, 0.0f, maxk,
+							 sc))
+						die("attention");
+				kc_graph *gr = NULL;
+				if (kc_capture_end(&gr))
+					die("capture end");
+				double ts[5];
+				kc_graph_launch(gr);
+				for (int r = 0; r < 5; r++) {
+					kc_timer_mark(4);
+					kc_graph_launch(gr);
+					kc_timer_mark(5);
+					ts[r] = kc_timer_elapsed(4, 5);
+				}
+				if (kc_sync())
+					die("attention run");
+				qsort(ts, 5, sizeof(double), cmp_d);
+				us[ii] = ts[2] / L * 1e6;
+				kc_graph_free(gr);
+			}
+			printf("%-22s %6d %10.2f %10.2f %10.2f\n", hs[hi].name, ctxs[ci], us[0], us[1], us[2]);
+		}
+		for (int c = 0; c < C; c++) {
+			kc_free(k[c]);
+			kc_free(v[c]);
+		}
+		kc_free(q);
+		kc_free(o);
+		kc_free(sc);
+		kc_free(dpos);
+	}
+	kc_attention_impl(0);
+}
+
 static double time_once(int a, int b)
 {
 	double t = kc_timer_elapsed(a, b);
@@ -397,22 +474,30 @@ int main(int argc, char **argv)
 	printf("device: %s; measured read bandwidth %.0f GB/s (4 GiB reduction, median of 7)\n", dev, bw / 1e9);
 	/* "mv": the matvec table alone; otherwise it comes first, then the
 	 * models named (all three when none is) */
-	int nmodels = 0, mv_only = 0, gemm = 0;
+	int nmodels = 0, mv_only = 0, gemm = 0, att = 0;
 	for (int i = 1; i < argc; i++) {
 		mv_only |= !strcmp(argv[i], "mv");
 		gemm |= !strcmp(argv[i], "gemm");
+		att |= !strcmp(argv[i], "att");
 		g_prof = !strcmp(argv[i], "prof") ? 1 : !strcmp(argv[i], "prof4k") ? 2 : g_prof;
 		nmodels += strcmp(argv[i], "mv") && strcmp(argv[i], "prof") && strcmp(argv[i], "prof4k") &&
-			   strcmp(argv[i], "gemm");
+			   strcmp(argv[i], "gemm") && strcmp(argv[i], "att");
 	}
 	if (gemm) {
 		static const int ns[2] = {512, 4096};
 		bench_gemm(ns, 2);
+	} else if (att) {
+		bench_att_dec();
 	} else if (!g_prof) {
 		bench_matvec(bw);
 	}
-	if ((mv_only || gemm) && !nmodels)
+	if ((mv_only || gemm || att) && !nmodels)
 		return 0;
+	const char *ai = getenv("ATT_IMPL"); /* the models under another attention impl (kc_attention_impl) */
+	if (ai) {
+		kc_attention_impl(atoi(ai));
+		printf("attention impl %d\n", atoi(ai));
+	}
 	result res[3];
 	int done[3] = {0, 0, 0};
 	for (int k = 0; k < 3; k++) {

@@ -26,6 +26,8 @@
  *   k_attn_chunk     attention over one chunk of keys for one GQA group,
  *   k_attn_dec       online softmax (k_attn_dec: n < 16, three bulk phases);
  *   k_attn_merge     the merge combines the chunks
+ *   k_attn_split     decode attention (n = 1): the keys split across many
+ *                    warps, partials merged by the last block of a kv head
  *   k_glu, k_add_rmsnorm, k_argmax
  *
  * Measured / rejected variants are recorded in kernels/cuda/NOTES.md.
@@ -2191,6 +2193,7 @@ extern "C" int kc_softcap(float *x, size_t n, float cap)
 #define ATT_E 8 /* head_dim <= 32 * ATT_E = 256 */
 #define ATT_WARPS 4
 #define AD_CH 64 /* keys per chunk for n < 16 (k_attn_dec) */
+#define AS_SMAX 64 /* k_attn_split: blocks per kv head at most (scratch: nh x AS_SMAX partials) */
 
 static int att_chunk(int n, int max_keys)
 {
@@ -2202,7 +2205,9 @@ extern "C" size_t kc_attention_scratch(int n, int nh, int hd, int max_keys)
 {
 	int chunk = att_chunk(n, max_keys);
 	size_t nc = (size_t)(max_keys + chunk - 1) / chunk;
-	return (size_t)n * nh * nc * (hd + 2) * sizeof(float);
+	size_t c = (size_t)n * nh * nc * (hd + 2) * sizeof(float);
+	size_t a = (size_t)nh * AS_SMAX * (hd + 4) * sizeof(float); /* k_attn_split (n = 1): defined below */
+	return c > a ? c : a;
 }
 
 __global__ void __launch_bounds__(32 * ATT_WARPS) k_attn_chunk(const float *q, const float *kc, const float *vc,
@@ -2681,7 +2686,7 @@ static int fa_try(const float *q, const float *kcache, const float *vcache, floa
 		  int nh, int nkv, int hd, float scale, int window, float softcap)
 {
 	const int rep = nh / nkv;
-	if (g_att_impl != 0 || n < 16 || hd % 4 || hd > 256 || rep > FA_R ||
+	if (g_att_impl == 1 || n < 16 || hd % 4 || hd > 256 || rep > FA_R ||
 	    (((uintptr_t)q | (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)out) & 15))
 		return 1;
 	const int bq = FA_R / rep;
@@ -2700,6 +2705,310 @@ static int fa_try(const float *q, const float *kcache, const float *vcache, floa
 	return 0;
 }
 
+/* ---- decode attention (n = 1): keys split across many warps ----
+ * Why: k_attn_dec gives one block to each (kv head, 64-key chunk) and works
+ * the chunk in three serial phases; at a short context the 8 blocks that
+ * have keys ran 35.9K cycles each while the rest of the GPU idled (ncu,
+ * NOTES run 20): 24 us per 8B layer at 17 keys, 45 us at 4K (graph, run
+ * 18). Here the visible keys lo..p are cut into tiles of KT = 32 / GP keys
+ * and the tiles spread evenly over up to S x AS_WARPS warps (grid S x nkv,
+ * S fixed at launch from the SM count; how many warps get work is decided
+ * on the device from *d_pos, so one captured step serves every position).
+ * A warp owns whole tiles of one kv head and all GP (>= rep, padded) q
+ * heads of its GQA group: per tile each lane loads its HD / 32 dims of the
+ * KT K and V rows (coalesced rows, 2 x KT vector loads in flight per lane
+ * before any arithmetic), forms the KT x GP = 32 partial dots, and one
+ * reduce-scatter (31 shuffles) leaves lane L the score of (key L / GP,
+ * head L % GP); online softmax per head across the lanes of that head;
+ * acc[g][dims] += p V with p broadcast by shuffle. The block merges its
+ * warps in shared memory; a block alone (short contexts) writes the output,
+ * else each writes a partial (m, l, acc) and the last block of the kv head
+ * to finish (a counter it resets) merges them (float4 loads, L2). */
+#define AS_WARPS 4
+#define AS_MAXKV 64 /* kv heads with a counter */
+__device__ unsigned g_as_done[AS_MAXKV];
+
+/* lane's NPL dims of a row: NPL >= 4: float4 at 128 v + 4 lane; else NPL
+ * consecutive */
+template <int NPL> static __device__ __forceinline__ int as_dim(int lane, int e)
+{
+	return NPL >= 4 ? (e >> 2) * 128 + lane * 4 + (e & 3) : lane * NPL + e;
+}
+
+template <int NPL> static __device__ __forceinline__ void as_row(float (&r)[NPL], const float *row, int lane)
+{
+	if constexpr (NPL >= 4) {
+#pragma unroll
+		for (int v = 0; v < NPL / 4; v++) {
+			float4 t = __ldg(reinterpret_cast<const float4 *>(row + v * 128 + lane * 4));
+			r[4 * v] = t.x;
+			r[4 * v + 1] = t.y;
+			r[4 * v + 2] = t.z;
+			r[4 * v + 3] = t.w;
+		}
+	} else if constexpr (NPL == 2) {
+		float2 t = __ldg(reinterpret_cast<const float2 *>(row + lane * 2));
+		r[0] = t.x;
+		r[1] = t.y;
+	} else {
+		r[0] = __ldg(row + lane);
+	}
+}
+
+/* one step of the warp's reduce-scatter of v[32] */
+template <int O> static __device__ __forceinline__ void as_rs_step(float (&v)[32], int lane)
+{
+	const bool up = lane & O;
+#pragma unroll
+	for (int i = 0; i < O; i++) {
+		const float send = up ? v[i] : v[i + O], keep = up ? v[i + O] : v[i];
+		v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+	}
+}
+
+template <int NPL, int GP>
+__global__ void __launch_bounds__(32 * AS_WARPS)
+	k_attn_split(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
+		     float *__restrict__ out, float *__restrict__ part, int nh, int nkv, float scale, int window,
+		     float softcap, const int *d_pos)
+{
+	pdl_trigger();
+	pdl_wait();
+	constexpr int HD = 32 * NPL, KT = 32 / GP, PS = HD + 4; /* partial: m, l, 2 pad, acc (16-byte aligned) */
+	__shared__ float s_m[AS_WARPS][GP], s_l[AS_WARPS][GP], s_L[GP];
+	__shared__ float s_acc[AS_WARPS][GP][HD];
+	__shared__ float s_w[GP][AS_SMAX];
+	__shared__ bool s_last;
+	const int kh = blockIdx.y, S = gridDim.x, rep = nh / nkv, h0 = kh * rep;
+	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, myg = lane & (GP - 1);
+	const int p = *d_pos;
+	const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+	const int nt = (p - lo + KT) / KT; /* tiles holding the p - lo + 1 visible keys */
+	const int nw = nt < S * AS_WARPS ? nt : S * AS_WARPS, nb = (nw + AS_WARPS - 1) / AS_WARPS;
+	if ((int)blockIdx.x >= nb) /* no keys for this block at this position */
+		return;
+	const int w = blockIdx.x * AS_WARPS + wid;
+	float qr[GP][NPL], acc[GP][NPL];
+#pragma unroll
+	for (int g = 0; g < GP; g++) {
+		if (g < rep)
+			as_row<NPL>(qr[g], q + (size_t)(h0 + g) * HD, lane);
+		else
+#pragma unroll
+			for (int e = 0; e < NPL; e++)
+				qr[g][e] = 0.0f;
+#pragma unroll
+		for (int e = 0; e < NPL; e++)
+			acc[g][e] = 0.0f;
+	}
+	float m = -INFINITY, l = 0.0f; /* of head myg; equal on every lane of that head */
+	if (w < nw) {
+		const int t0 = (int)((long long)w * nt / nw), t1 = (int)((long long)(w + 1) * nt / nw);
+		const size_t rs = (size_t)nkv * HD;
+		const float *kb = kc + (size_t)kh * HD, *vb = vc + (size_t)kh * HD;
+		for (int t = t0; t < t1; t++) {
+			const int jb = lo + t * KT;
+			float kr[KT][NPL], vr[KT][NPL];
+#pragma unroll
+			for (int k = 0; k < KT; k++) {
+				if (jb + k <= p) {
+					as_row<NPL>(kr[k], kb + (size_t)(jb + k) * rs, lane);
+					as_row<NPL>(vr[k], vb + (size_t)(jb + k) * rs, lane);
+				} else {
+#pragma unroll
+					for (int e = 0; e < NPL; e++)
+						kr[k][e] = vr[k][e] = 0.0f;
+				}
+			}
+			float v[32];
+#pragma unroll
+			for (int k = 0; k < KT; k++)
+#pragma unroll
+				for (int g = 0; g < GP; g++) {
+					float s = 0.0f;
+#pragma unroll
+					for (int e = 0; e < NPL; e++)
+						s = fmaf(qr[g][e], kr[k][e], s);
+					v[k * GP + g] = s;
+				}
+			/* reduce-scatter: after the step of offset o, v[i] holds index
+			 * i + (lane's bits >= o); lane L ends with the sum of index L */
+			as_rs_step<16>(v, lane);
+			as_rs_step<8>(v, lane);
+			as_rs_step<4>(v, lane);
+			as_rs_step<2>(v, lane);
+			as_rs_step<1>(v, lane);
+			float s = v[0] * scale;
+			if (softcap > 0.0f)
+				s = softcap * tanhf(s / softcap);
+			if (jb + lane / GP > p || myg >= rep)
+				s = -INFINITY;
+			float tm = s;
+#pragma unroll
+			for (int o = GP; o < 32; o <<= 1)
+				tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+			const float mn = fmaxf(m, tm);
+			const float al = mn == -INFINITY ? 1.0f : expf(m - mn);
+			const float pr = s == -INFINITY ? 0.0f : expf(s - mn);
+			float ps = pr;
+#pragma unroll
+			for (int o = GP; o < 32; o <<= 1)
+				ps += __shfl_xor_sync(0xffffffffu, ps, o);
+			l = l * al + ps;
+			m = mn;
+#pragma unroll
+			for (int g = 0; g < GP; g++) {
+				const float a = __shfl_sync(0xffffffffu, al, g);
+#pragma unroll
+				for (int e = 0; e < NPL; e++)
+					acc[g][e] *= a;
+			}
+#pragma unroll
+			for (int k = 0; k < KT; k++)
+#pragma unroll
+				for (int g = 0; g < GP; g++) {
+					const float pk = __shfl_sync(0xffffffffu, pr, k * GP + g);
+#pragma unroll
+					for (int e = 0; e < NPL; e++)
+						acc[g][e] = fmaf(pk, vr[k][e], acc[g][e]);
+				}
+		}
+	}
+	/* merge the block's warps (a warp without tiles has l = 0) */
+	if (lane < GP) {
+		s_m[wid][lane] = m;
+		s_l[wid][lane] = l;
+	}
+#pragma unroll
+	for (int g = 0; g < GP; g++)
+		if (g < rep)
+#pragma unroll
+			for (int e = 0; e < NPL; e++)
+				s_acc[wid][g][as_dim<NPL>(lane, e)] = acc[g][e];
+	__syncthreads();
+	const bool alone = nb == 1;
+	for (int i = threadIdx.x; i < rep * HD; i += blockDim.x) {
+		const int g = i / HD, d = i % HD;
+		float M = -INFINITY, L = 0.0f, A = 0.0f;
+#pragma unroll
+		for (int ww = 0; ww < AS_WARPS; ww++)
+			M = fmaxf(M, s_m[ww][g]);
+#pragma unroll
+		for (int ww = 0; ww < AS_WARPS; ww++)
+			if (s_l[ww][g] > 0.0f) {
+				const float f = expf(s_m[ww][g] - M);
+				L += f * s_l[ww][g];
+				A += f * s_acc[ww][g][d];
+			}
+		if (alone) {
+			out[(size_t)(h0 + g) * HD + d] = A / L;
+		} else {
+			float *pp = part + ((size_t)(h0 + g) * AS_SMAX + blockIdx.x) * PS;
+			if (d == 0) {
+				pp[0] = M;
+				pp[1] = L;
+			}
+			pp[4 + d] = A;
+		}
+	}
+	if (alone)
+		return;
+	__threadfence(); /* this thread's partials, before the count */
+	__syncthreads();
+	if (threadIdx.x == 0)
+		s_last = atomicAdd(&g_as_done[kh], 1u) == (unsigned)nb - 1;
+	__syncthreads();
+	if (!s_last)
+		return;
+	__threadfence();
+	/* the last block: weights exp(m_b - M) per (head, block), then the sums
+	 * (__ldcg: the other blocks' partials, from L2, not a stale L1) */
+	for (int g = wid; g < rep; g += AS_WARPS) {
+		const float *pg = part + (size_t)(h0 + g) * AS_SMAX * PS;
+		float m0 = lane < nb ? __ldcg(pg + (size_t)lane * PS) : -INFINITY;
+		float m1 = lane + 32 < nb ? __ldcg(pg + (size_t)(lane + 32) * PS) : -INFINITY;
+		float l0 = lane < nb ? __ldcg(pg + (size_t)lane * PS + 1) : 0.0f;
+		float l1 = lane + 32 < nb ? __ldcg(pg + (size_t)(lane + 32) * PS + 1) : 0.0f;
+		float M = fmaxf(m0, m1);
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1)
+			M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+		const float w0 = lane < nb ? expf(m0 - M) : 0.0f, w1 = lane + 32 < nb ? expf(m1 - M) : 0.0f;
+		s_w[g][lane] = w0;
+		s_w[g][lane + 32] = w1;
+		const float L = warp_sum(w0 * l0 + w1 * l1);
+		if (lane == 0)
+			s_L[g] = L;
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < rep * (HD / 4); i += blockDim.x) {
+		const int g = i / (HD / 4), d4 = i % (HD / 4);
+		const float4 *pg = reinterpret_cast<const float4 *>(part + (size_t)(h0 + g) * AS_SMAX * PS + 4) + d4;
+		float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+		for (int b = 0; b < nb; b++) {
+			const float wb = s_w[g][b];
+			const float4 t = __ldcg(pg + (size_t)b * (PS / 4));
+			A.x = fmaf(wb, t.x, A.x);
+			A.y = fmaf(wb, t.y, A.y);
+			A.z = fmaf(wb, t.z, A.z);
+			A.w = fmaf(wb, t.w, A.w);
+		}
+		const float L = s_L[g];
+		A.x /= L;
+		A.y /= L;
+		A.z /= L;
+		A.w /= L;
+		reinterpret_cast<float4 *>(out + (size_t)(h0 + g) * HD)[d4] = A;
+	}
+	if (threadIdx.x == 0)
+		g_as_done[kh] = 0; /* for the next launch */
+}
+
+/* n == 1, head_dim 32/64/128/256, rep <= 8, nkv <= AS_MAXKV, 16-byte
+ * aligned pointers; else (returns 1) k_attn_dec. Blocks per kv head: about
+ * g_as_per_sm blocks per SM over all kv heads, at most AS_SMAX and no more
+ * than the cache's tiles need. */
+static int g_as_per_sm = 2;
+
+template <int NPL>
+static void as_launch(int gp, dim3 grid, const float *q, const float *kcache, const float *vcache, float *out,
+		      float *part, int nh, int nkv, float scale, int window, float softcap, const int *d_pos)
+{
+	if (gp == 4)
+		k_attn_split<NPL, 4><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv, scale,
+									  window, softcap, d_pos);
+	else
+		k_attn_split<NPL, 8><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv, scale,
+									  window, softcap, d_pos);
+}
+
+static int as_try(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
+		  int nh, int nkv, int hd, float scale, int window, float softcap, int max_keys, void *scratch)
+{
+	const int rep = nh / nkv;
+	if ((g_att_impl != 0 && g_att_impl != 2) || n != 1 || rep > 8 || nkv > AS_MAXKV ||
+	    (hd != 32 && hd != 64 && hd != 128 && hd != 256) ||
+	    (((uintptr_t)q | (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)out | (uintptr_t)scratch) & 15))
+		return 1;
+	const int gp = rep <= 4 ? 4 : 8, kt = 32 / gp;
+	const int per_sm = g_att_impl == 2 ? 2 * g_as_per_sm : g_as_per_sm;
+	int S = (per_sm * g_sms + nkv - 1) / nkv;
+	const int need = (max_keys + kt * AS_WARPS - 1) / (kt * AS_WARPS);
+	S = S > need ? need : S;
+	S = S > AS_SMAX ? AS_SMAX : S < 1 ? 1 : S;
+	dim3 grid(S, nkv);
+	float *part = (float *)scratch;
+	switch (hd) {
+	case 32: as_launch<1>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos); break;
+	case 64: as_launch<2>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos); break;
+	case 128: as_launch<4>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos); break;
+	default: as_launch<8>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos); break;
+	}
+	LAUNCHED("k_attn_split");
+	return 0;
+}
+
 extern "C" int kc_attention(const float *q, const float *kcache, const float *vcache, float *out, int n,
 			    const int *d_pos, int nh, int nkv, int hd, float scale, int window, float softcap,
 			    int max_keys, void *scratch)
@@ -2713,6 +3022,9 @@ extern "C" int kc_attention(const float *q, const float *kcache, const float *vc
 	int fa = fa_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap);
 	if (fa <= 0)
 		return fa;
+	int as = as_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap, max_keys, scratch);
+	if (as <= 0)
+		return as;
 	int chunk = att_chunk(n, max_keys), nchunks = (max_keys + chunk - 1) / chunk;
 	int rep = nh / nkv, ngroups = (rep + ATT_G - 1) / ATT_G;
 	dim3 grid(n, nkv * ngroups, nchunks);

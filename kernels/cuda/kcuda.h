@@ -136,12 +136,18 @@ int kc_softcap(float *x, size_t n, float cap);
 size_t kc_attention_scratch(int n, int nh, int hd, int max_keys);
 /* n >= 16 (prefill) takes the tiled kernel instead (64 (query, head) rows
  * of one kv head per block share each K/V tile; no scratch) where head_dim
- * is a multiple of 4 up to 256 and the pointers are 16-byte aligned. */
+ * is a multiple of 4 up to 256 and the pointers are 16-byte aligned.
+ * n == 1 (decode) takes the split kernel (the visible keys spread over
+ * many warps, partials merged in the same launch) where head_dim is 32,
+ * 64, 128 or 256, nh / nkv <= 8, nkv <= 64 and the pointers (scratch too)
+ * are 16-byte aligned. */
 int kc_attention(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
 		 int nh, int nkv, int hd, float scale, int window, float softcap, int max_keys, void *scratch);
-/* Which kernel prefill attention (n >= 16) takes: 0 (default) the tiled
- * kernel, 1 the chunk kernels (tests and benchmarks compare them). impl < 0
- * only reads; returns the previous setting; not thread-safe. */
+/* Which attention kernels run: 0 (default) the tiled kernel for n >= 16
+ * and the split kernel for n == 1; 1 the chunk kernels for every n (tests
+ * and benchmarks compare them); 2 as 0 with twice the split kernel's
+ * blocks (benchmarks). impl < 0 only reads; returns the previous setting;
+ * not thread-safe. */
 int kc_attention_impl(int impl);
 /* Greedy token selection on the device: d_out[0] = argmax(logits[vocab])
  * (lowest index on ties, as sampler_argmax), and if d_hist, d_hist[*d_pos]

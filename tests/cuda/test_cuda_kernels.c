@@ -494,9 +494,11 @@ static void test_glu(const kernel_table *R, int act)
 	free(g); free(u); free(ref);
 }
 
-static void test_attention(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window, float softcap)
+/* ctx = the cache size (max_keys): keys + spare */
+static void test_attention_ctx(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window,
+			       float softcap, int spare)
 {
-	int keys = pos0 + n, ctx = keys + 5;
+	int keys = pos0 + n, ctx = keys + spare;
 	size_t qn = (size_t)n * nh * hd, cn = (size_t)ctx * nkv * hd;
 	float *q = malloc(qn * 4), *k = malloc(cn * 4), *v = malloc(cn * 4), *ref = malloc(qn * 4);
 	float *scratch = malloc((size_t)n * keys * 4);
@@ -515,11 +517,17 @@ static void test_attention(const kernel_table *R, int n, int pos0, int nh, int n
 	if (kc_attention(dq, dk, dv, dy, n, dpos, nh, nkv, hd, scale, window, softcap, ctx, sc))
 		die("kc_attention");
 	char name[96];
-	snprintf(name, sizeof(name), "attention%s n%d pos%d h%d/%d hd%d win%d cap%g",
-		 kc_attention_impl(-1) ? " chunk" : "", n, pos0, nh, nkv, hd, window, (double)softcap);
+	int impl = kc_attention_impl(-1);
+	snprintf(name, sizeof(name), "attention%s n%d pos%d ctx%d h%d/%d hd%d win%d cap%g",
+		 impl == 1 ? " chunk" : impl == 2 ? " split x2" : "", n, pos0, ctx, nh, nkv, hd, window, (double)softcap);
 	compare(name, dy, ref, qn, TOL_ATT);
 	kc_free(dq); kc_free(dk); kc_free(dv); kc_free(dy); kc_free(dpos); kc_free(sc);
 	free(q); free(k); free(v); free(ref); free(scratch);
+}
+
+static void test_attention(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window, float softcap)
+{
+	test_attention_ctx(R, n, pos0, nh, nkv, hd, window, softcap, 5);
 }
 
 static void test_argmax(void)
@@ -666,6 +674,32 @@ int main(int argc, char **argv)
 		test_attention(R, 70, 600, 8, 8, 32, 100, 0);     /* MHA, window across tiles */
 		test_attention(R, 530, 0, 32, 8, 128, 0, 0);      /* 8B heads, partial last tile */
 		test_attention(R, 65, 1000, 12, 4, 80, 300, 0);   /* head_dim 80, window, a later chunk of a prompt */
+	}
+	/* decode (n = 1): the split kernel (impl 0, and 2 with twice its blocks)
+	 * and the chunk kernels (1). Contexts 1, 2, 17 (one block), 100s and
+	 * 4K (partials merged by the last block; the same kv heads' counters
+	 * reused by the next case), the cache much larger than the context (as
+	 * in a captured step), the 1B/8B shapes, rep 1/2/4/7/8 (2 and 7 padded),
+	 * head_dim 32..256, windows and soft-cap; rep 16 and head_dim 96 take
+	 * k_attn_dec under every impl. */
+	for (int impl = 0; impl < 3; impl++) {
+		kc_attention_impl(impl);
+		test_attention(R, 1, 0, 32, 8, 128, 0, 0);             /* context 1 */
+		test_attention(R, 1, 1, 32, 8, 128, 0, 0);             /* context 2 */
+		test_attention(R, 1, 16, 32, 8, 128, 0, 0);            /* 17, 8B */
+		test_attention_ctx(R, 1, 16, 32, 8, 64, 0, 0, 4300);   /* 17, 1B, cache of 4317 */
+		test_attention(R, 1, 299, 32, 8, 64, 0, 0);            /* 300, 1B */
+		test_attention(R, 1, 4095, 32, 8, 128, 0, 0);          /* 4096, 8B */
+		test_attention(R, 1, 4095, 32, 8, 128, 0, 0);          /* again: the counters were reset */
+		test_attention_ctx(R, 1, 4095, 32, 8, 64, 0, 0, 300);  /* 4096, 1B */
+		test_attention(R, 1, 700, 8, 2, 128, 100, 30.0f);      /* window across tiles, softcap */
+		test_attention(R, 1, 2000, 16, 2, 256, 512, 50.0f);    /* rep 8, head_dim 256, window */
+		test_attention(R, 1, 1000, 8, 4, 256, 0, 0);           /* rep 2, head_dim 256 */
+		test_attention(R, 1, 130, 28, 4, 128, 0, 0);           /* rep 7 */
+		test_attention(R, 1, 250, 8, 8, 32, 0, 0);             /* MHA, head_dim 32 */
+		test_attention(R, 1, 3, 8, 8, 32, 2, 0);               /* window 2 at a short context */
+		test_attention(R, 1, 90, 16, 1, 64, 0, 0);             /* rep 16: k_attn_dec */
+		test_attention(R, 1, 90, 6, 2, 96, 0, 0);              /* head_dim 96: k_attn_dec */
 	}
 	kc_attention_impl(0);
 	test_attention(R, 1, 0, 4, 2, 64, 0, 0);          /* first token */
