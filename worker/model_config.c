@@ -144,8 +144,11 @@ static int rope_setup(model_config *c, const json_value *root, double base, char
 		}
 		for (int i = 0; i < d / 2; i++) {
 			const json_value *e = &lf->items[i];
-			if (e->type != JSON_NUMBER || !(e->num > 0)) {
-				snprintf(err, errlen, "config.json: rope_scaling.long_factor[%d] is not positive", i);
+			/* the bounds of every other RoPE factor: a positive double
+			 * below FLT_MIN became 0 in float and the frequency inf */
+			if (e->type != JSON_NUMBER || !(e->num >= 1e-6 && e->num <= 1e6)) {
+				snprintf(err, errlen, "config.json: rope_scaling.long_factor[%d] is not a number in [1e-06, 1e+06]",
+					 i);
 				return -1;
 			}
 			c->inv_freq[i] = 1.0f / ((float)e->num * (1.0f / c->inv_freq[i]));

@@ -57,8 +57,30 @@ static void test_phi3_derived_head_dim_bounded(void)
 	CHECK(r == -1 && strstr(err, "head_dim 2048"), "phi3 head_dim 2048 rejected: rc %d '%s'", r, err);
 }
 
+/* Found by fuzz/model_config_fuzzer (regress-longrope-tiny-factor.json):
+ * a long_factor of 2.1e-60 is positive as a double but 0 as a float, and
+ * the rotary frequency became inf. */
+static void test_longrope_factor_bounded(void)
+{
+	char err[256] = "";
+	const char *fmt = "{\"model_type\":\"phi3\",\"hidden_size\":16,\"num_hidden_layers\":1,\"intermediate_size\":16,"
+			  "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":16,"
+			  "\"rope_scaling\":{\"type\":\"longrope\",\"long_factor\":[1.0,%s],\"short_factor\":[1.0,1.0]},"
+			  "\"max_position_embeddings\":8192,\"original_max_position_embeddings\":4096}";
+	char js[512];
+	snprintf(js, sizeof(js), fmt, "2.1e-060");
+	int r = parse(js, err, sizeof(err));
+	CHECK(r == -1 && strstr(err, "long_factor[1]"), "long_factor 2.1e-60 rejected: rc %d '%s'", r, err);
+	snprintf(js, sizeof(js), fmt, "1e7");
+	r = parse(js, err, sizeof(err));
+	CHECK(r == -1 && strstr(err, "long_factor[1]"), "long_factor 1e7 rejected: rc %d '%s'", r, err);
+	snprintf(js, sizeof(js), fmt, "2.5");
+	CHECK(parse(js, err, sizeof(err)) == 0, "long_factor 2.5 accepted: %s", err);
+}
+
 int main(void)
 {
+	test_longrope_factor_bounded();
 	test_valid_config_parses();
 	test_default_head_dim_zero_rejected();
 	test_phi3_derived_head_dim_bounded();
