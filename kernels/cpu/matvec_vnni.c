@@ -34,7 +34,14 @@
  * vpdpbusd, 3 converts, 3 FMAs, one permute for the group scales and one
  * multiply by D: 16 uops per 128 codes instead of 28.
  * The bias term sum_g b_g sum(x_g) uses the exact f32 group sums as the
- * f32 kernel does. */
+ * f32 kernel does.
+ *
+ * Tried and not kept (2026-11-30, quiet VM): two rows at a time (two code
+ * streams in flight, x loads shared): bench/kbench.c from DRAM 19.8-20.5
+ * -> 21.6-21.9 GB/s in 3 alternated rounds, but the whole Llama-3.2-1B
+ * decode no faster (3 alternated pairs: 22.7/23.7/23.1 tok/s one row,
+ * 22.0/22.3/22.6 two rows). Prefetch distance (4-64 KiB) and hint (T0,
+ * T1, T2) made no difference beyond this VM's noise. */
 #include <immintrin.h>
 #include <string.h>
 
