@@ -168,6 +168,29 @@ static void run(const shape *sh, double bw, result *r)
 	gpu_model_free(&g);
 }
 
+/* Ends the capture begun by the caller (n launches of one kernel call),
+ * replays the graph once to warm up, then 5 timed replays; returns the
+ * median seconds per captured launch. */
+static double replay_median_s(int n, const char *what)
+{
+	kc_graph *gr = NULL;
+	if (kc_capture_end(&gr))
+		die("capture end");
+	double ts[5];
+	kc_graph_launch(gr);
+	for (int r = 0; r < 5; r++) {
+		kc_timer_mark(4);
+		kc_graph_launch(gr);
+		kc_timer_mark(5);
+		ts[r] = kc_timer_elapsed(4, 5);
+	}
+	if (kc_sync())
+		die(what);
+	qsort(ts, 5, sizeof(double), cmp_d);
+	kc_graph_free(gr);
+	return ts[2] / n;
+}
+
 /* The decode matvec alone at the Llama-3.1-8B shapes (4-bit g64 f16
  * scales), SIMT kernel vs tensor-core kernel: launches captured as one
  * graph (as in the decode step), rotating over enough copies of the
@@ -244,22 +267,7 @@ static void bench_matvec(double bw)
 					      : kc_linear_multi(ms[k].count, mp, x, 1, NULL, y))
 					die("matvec");
 			}
-			kc_graph *gr = NULL;
-			if (kc_capture_end(&gr))
-				die("capture end");
-			double ts[5];
-			kc_graph_launch(gr);
-			for (int r = 0; r < 5; r++) {
-				kc_timer_mark(4);
-				kc_graph_launch(gr);
-				kc_timer_mark(5);
-				ts[r] = kc_timer_elapsed(4, 5);
-			}
-			if (kc_sync())
-				die("matvec run");
-			qsort(ts, 5, sizeof(double), cmp_d);
-			us[impl] = ts[2] / L * 1e6;
-			kc_graph_free(gr);
+			us[impl] = replay_median_s(L, "matvec run") * 1e6;
 		}
 		kc_matvec_impl(0);
 		double mb = (double)bytes / 1e6;
@@ -318,22 +326,7 @@ static void bench_att_dec(void)
 					if (kc_attention(q, k[l % C], v[l % C], o, 1, dpos, nh, nkv, hd, 0.088f, 0, 0.0f, maxk,
 							 sc))
 						die("attention");
-				kc_graph *gr = NULL;
-				if (kc_capture_end(&gr))
-					die("capture end");
-				double ts[5];
-				kc_graph_launch(gr);
-				for (int r = 0; r < 5; r++) {
-					kc_timer_mark(4);
-					kc_graph_launch(gr);
-					kc_timer_mark(5);
-					ts[r] = kc_timer_elapsed(4, 5);
-				}
-				if (kc_sync())
-					die("attention run");
-				qsort(ts, 5, sizeof(double), cmp_d);
-				us[ii] = ts[2] / L * 1e6;
-				kc_graph_free(gr);
+				us[ii] = replay_median_s(L, "attention run") * 1e6;
 			}
 			printf("%-22s %6d %10.2f %10.2f %10.2f\n", hs[hi].name, ctxs[ci], us[0], us[1], us[2]);
 		}
