@@ -16,6 +16,12 @@
 
 #define ST_HUGE (2u << 20) /* x86-64 transparent huge page */
 
+/* v rounded up to a whole number of huge pages (an address or a length). */
+static uintptr_t st_huge_up(uintptr_t v)
+{
+	return (v + ST_HUGE - 1) & ~(uintptr_t)(ST_HUGE - 1);
+}
+
 /* Maps a shard read-only at a 2 MiB-aligned address with transparent
  * huge pages advised: where the page cache holds the file in 2 MiB folios
  * (read through such a mapping, or read() after eviction; not after a
@@ -29,7 +35,7 @@ static const uint8_t *st_map_fd(int fd, size_t size)
 	uint8_t *r = mmap(NULL, size + ST_HUGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (r == MAP_FAILED)
 		return NULL;
-	uint8_t *a = (uint8_t *)(((uintptr_t)r + ST_HUGE - 1) & ~(uintptr_t)(ST_HUGE - 1));
+	uint8_t *a = (uint8_t *)st_huge_up((uintptr_t)r);
 	size_t span = (size + 4095) & ~(size_t)4095;
 	if (mmap(a, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED) {
 		munmap(r, size + ST_HUGE);
@@ -329,7 +335,7 @@ int st_make_resident(st_set *set, void (*par)(int n, void (*fn)(void *arg, int i
 			snprintf(err, errlen, "shard %d: too large to copy", i);
 			goto undo;
 		}
-		len[i] = ((s->size + ST_HUGE - 1) & ~(size_t)(ST_HUGE - 1)) + ST_HUGE; /* room to start on a 2 MiB boundary */
+		len[i] = st_huge_up(s->size) + ST_HUGE; /* room to start on a 2 MiB boundary */
 		void *p = mmap(NULL, len[i], PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED) {
 			snprintf(err, errlen, "shard %d: cannot allocate %zu MB for the weights: %s", i, s->size >> 20,
@@ -337,8 +343,8 @@ int st_make_resident(st_set *set, void (*par)(int n, void (*fn)(void *arg, int i
 			goto undo;
 		}
 		mem[i] = p;
-		uint8_t *dst = (uint8_t *)(((uintptr_t)p + ST_HUGE - 1) & ~(uintptr_t)(ST_HUGE - 1));
-		(void)madvise(dst, (s->size + ST_HUGE - 1) & ~(size_t)(ST_HUGE - 1), MADV_HUGEPAGE); /* advice only */
+		uint8_t *dst = (uint8_t *)st_huge_up((uintptr_t)p);
+		(void)madvise(dst, st_huge_up(s->size), MADV_HUGEPAGE); /* advice only */
 		st_copy_job j = { s, dst, 0 };
 		par((int)((s->size + ST_COPY_CHUNK - 1) / ST_COPY_CHUNK), st_copy_task, &j);
 		if (j.failed) {
@@ -350,7 +356,7 @@ int st_make_resident(st_set *set, void (*par)(int n, void (*fn)(void *arg, int i
 		st_tensor *x = &set->tensors[t];
 		const st_shard *s = &set->shards[x->shard];
 		if (mem[x->shard])
-			x->data = (const uint8_t *)(((uintptr_t)mem[x->shard] + ST_HUGE - 1) & ~(uintptr_t)(ST_HUGE - 1)) +
+			x->data = (const uint8_t *)st_huge_up((uintptr_t)mem[x->shard]) +
 				  (x->data - s->map);
 	}
 	for (i = 0; i < set->nshards; i++) {
@@ -358,7 +364,7 @@ int st_make_resident(st_set *set, void (*par)(int n, void (*fn)(void *arg, int i
 		if (!mem[i])
 			continue;
 		munmap((void *)s->map, s->size);
-		s->map = (const uint8_t *)(((uintptr_t)mem[i] + ST_HUGE - 1) & ~(uintptr_t)(ST_HUGE - 1));
+		s->map = (const uint8_t *)st_huge_up((uintptr_t)mem[i]);
 		s->own = mem[i];
 		s->own_len = len[i];
 		mem[i] = NULL;
