@@ -27,6 +27,8 @@
  *                              alone (chunk and split kernels, 8B/1B heads,
  *                              contexts 17 and 4096)
  *   ATT_IMPL=i                 the models under kc_attention_impl(i)
+ *   RESID_IMPL=i               the models under kc_residual_impl(i) (1: the
+ *                              separate add + RMSNorm launches)
  */
 #include <math.h>
 #include <stdio.h>
@@ -195,7 +197,9 @@ static double replay_median_s(int n, const char *what)
  * scales), SIMT kernel vs tensor-core kernel: launches captured as one
  * graph (as in the decode step), rotating over enough copies of the
  * weights that none is still in L2; GB/s = (codes + scales + biases + x + y)
- * bytes / time per launch. */
+ * bytes / time per launch. "fused": the default kernel with its residual
+ * fusion (kcuda.h): o and down adding into y, q/k/v, gate/up+GLU and
+ * lm_head norming x (the norm weight's 16 KB not counted in GB/s). */
 static void bench_matvec(double bw)
 {
 	static const struct {
@@ -212,8 +216,8 @@ static void bench_matvec(double bw)
 	/* simt: kc_matvec_impl(1); wt: 3 (tensor cores, warp-per-tile for
 	 * large launches); tc: 0, the default (tensor cores, columns split
 	 * across a block's warps) */
-	printf("\n%-28s %6s %7s %6s %7s %6s %7s %6s %6s\n", "matvec 8B q4g64", "MB", "simt us", "%bw", "wt us", "%bw",
-	       "tc us", "GB/s", "%bw");
+	printf("\n%-28s %6s %7s %6s %7s %6s %7s %6s %6s %8s\n", "matvec 8B q4g64", "MB", "simt us", "%bw", "wt us",
+	       "%bw", "tc us", "GB/s", "%bw", "fused us");
 	const char *only = getenv("MV_ONLY"); /* one row of the table (its index), e.g. under ncu */
 	for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 		if (only && atoi(only) != (int)k)
@@ -240,45 +244,50 @@ static void bench_matvec(double bw)
 						     1.5f * s, 77 + c * 3 + i))
 					die("matrix");
 			}
-		float *x = kc_malloc((size_t)ms[k].cols * 4), *y[3];
-		if (!x || kc_fill_uniform(x, (size_t)ms[k].cols, -1, 1, 5))
+		float *x = kc_malloc((size_t)ms[k].cols * 4), *y[3], *nw = kc_malloc((size_t)ms[k].cols * 4);
+		if (!x || kc_fill_uniform(x, (size_t)ms[k].cols, -1, 1, 5) || !nw ||
+		    kc_fill_uniform(nw, (size_t)ms[k].cols, 0.9f, 1.1f, 6))
 			die("x");
+		const kc_norm nrm = {nw, 1e-5f, 0};
+		/* the fused variant of this row: 1 norms x, 2 adds into y, 0 none (gate/up without GLU) */
+		const int fz = ms[k].count == 1 && ms[k].rows[0] == 4096 ? 2 : ms[k].count == 2 && !ms[k].glu ? 0 : 1;
 		for (int i = 0; i < ms[k].count; i++)
 			if (!(y[i] = kc_malloc((size_t)ms[k].rows[i] * 4)))
 				die("y");
-		double us[3];
-		static const int order[3] = {1, 2, 0}; /* us[2]: impl 3 */
-		for (int oi = 0; oi < 3; oi++) {
-			int impl = order[oi];
-			kc_matvec_impl(impl == 2 ? 3 : impl);
+		double us[4] = {0, 0, 0, 0};
+		static const int order[4] = {1, 2, 0, 3}; /* us[2]: impl 3; us[3]: impl 0 fused */
+		for (int oi = 0; oi < 4; oi++) {
+			int impl = order[oi], f = impl == 3 ? fz : 0;
+			if (impl == 3 && !f)
+				continue;
+			kc_matvec_impl(impl == 2 ? 3 : impl == 3 ? 0 : impl);
 			int L = copies < 24 ? 24 : copies;
-			for (int c = 0; c < copies; c++) {
-				const kq_matrix *mp[3] = {&mats[c * 3], &mats[c * 3 + 1], &mats[c * 3 + 2]};
-				if (ms[k].glu ? kc_linear_glu(mp[0], mp[1], x, 1, 0, y[0], y[1])
-					      : kc_linear_multi(ms[k].count, mp, x, 1, NULL, y))
-					die("matvec");
-			}
-			if (kc_sync() || kc_capture_begin())
-				die("capture");
-			for (int l = 0; l < L; l++) {
+			for (int l = 0; l < L + copies; l++) { /* the first copies: warm-up, outside the capture */
+				if (l == copies && (kc_sync() || kc_capture_begin()))
+					die("capture");
 				int c = l % copies;
 				const kq_matrix *mp[3] = {&mats[c * 3], &mats[c * 3 + 1], &mats[c * 3 + 2]};
-				if (ms[k].glu ? kc_linear_glu(mp[0], mp[1], x, 1, 0, y[0], y[1])
-					      : kc_linear_multi(ms[k].count, mp, x, 1, NULL, y))
+				int rc = f == 2   ? kc_linear_residual(mp[0], x, NULL, y[0])
+					 : f == 1 ? (ms[k].glu ? kc_linear_glu_norm(mp[0], mp[1], x, &nrm, 0, y[0])
+							       : kc_linear_multi_norm(ms[k].count, mp, x, &nrm, NULL, y))
+					 : ms[k].glu ? kc_linear_glu(mp[0], mp[1], x, 1, 0, y[0], y[1])
+						     : kc_linear_multi(ms[k].count, mp, x, 1, NULL, y);
+				if (rc)
 					die("matvec");
 			}
 			us[impl] = replay_median_s(L, "matvec run") * 1e6;
 		}
 		kc_matvec_impl(0);
 		double mb = (double)bytes / 1e6;
-		printf("%-28s %6.1f %7.2f %5.0f%% %7.2f %5.0f%% %7.2f %6.0f %5.0f%%\n", ms[k].name, mb, us[1],
+		printf("%-28s %6.1f %7.2f %5.0f%% %7.2f %5.0f%% %7.2f %6.0f %5.0f%% %8.2f\n", ms[k].name, mb, us[1],
 		       100 * (bytes / (us[1] * 1e-6)) / bw, us[2], 100 * (bytes / (us[2] * 1e-6)) / bw, us[0],
-		       mb / us[0] * 1e3, 100 * (bytes / (us[0] * 1e-6)) / bw);
+		       mb / us[0] * 1e3, 100 * (bytes / (us[0] * 1e-6)) / bw, us[3]);
 		for (int c = 0; c < copies; c++)
 			for (int i = 0; i < ms[k].count; i++)
 				kc_matrix_free(&mats[c * 3 + i]);
 		free(mats);
 		kc_free(x);
+		kc_free(nw);
 		for (int i = 0; i < ms[k].count; i++)
 			kc_free(y[i]);
 	}
@@ -490,6 +499,11 @@ int main(int argc, char **argv)
 	if (ai) {
 		kc_attention_impl(atoi(ai));
 		printf("attention impl %d\n", atoi(ai));
+	}
+	const char *ri = getenv("RESID_IMPL"); /* the models under kc_residual_impl (1: separate add + norm) */
+	if (ri) {
+		kc_residual_impl(atoi(ri));
+		printf("residual impl %d\n", atoi(ri));
 	}
 	result res[3];
 	int done[3] = {0, 0, 0};

@@ -2,7 +2,11 @@
  * forward_cuda.h). Reads top to bottom like worker/forward.c; the
  * differences are fusions: q/k/v and gate/up in one launch when they share
  * an input, q/k norm + RoPE + KV append in one kernel, the residual add
- * fused with the next RMSNorm, and token selection on the device. */
+ * fused with the next RMSNorm, and token selection on the device. In
+ * decode (n == 1) on the tensor-core matvecs the residual steps take no
+ * launch of their own: o and down add into x in their epilogue, and the
+ * next matvec (q/k/v, gate/up, lm_head) norms x as it stages it (kcuda.h,
+ * "the residual add and the RMSNorm inside the matvecs"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,6 +242,51 @@ void gpu_state_reset(gpu_state *s)
 
 /* ---- forward ---- */
 
+/* The decode fusions (kc_fuse_ok) apply to n == 1 without sandwich norms
+ * (their post norm needs the whole update before the add). */
+static int fuse_on(const model_config *c, int n)
+{
+	return n == 1 && !c->sandwich;
+}
+
+/* Whether layer l's q/k/v matvec norms x itself (else it reads xb). */
+static int qkv_norms(const gpu_model *g, int l, int n)
+{
+	const gpu_layer *L = &g->layers[l];
+	const kq_matrix *ms[3] = {&L->q, &L->k, &L->v};
+	return fuse_on(&g->cfg, n) && kc_fuse_ok(g->cfg.fused_qkv ? 1 : 3, ms, KC_FUSE_NORM);
+}
+
+/* Whether layer l's gate/up matvec norms x itself. */
+static int glu_norms(const gpu_model *g, int l, int n)
+{
+	const gpu_layer *L = &g->layers[l];
+	const kq_matrix *ms[2] = {&L->gate, &L->up};
+	if (g->cfg.fused_qkv)
+		return fuse_on(&g->cfg, n) && kc_fuse_ok(1, ms, KC_FUSE_NORM);
+	return fuse_on(&g->cfg, n) && kc_fuse_ok(2, ms, KC_FUSE_NORM) && L->gate.rows == L->up.rows;
+}
+
+/* The residual step after the block's last matvec P (input in): x += P in
+ * (+ bias; first rmsnorm(., post_w) if post_w), then xb = rmsnorm(x, w)
+ * unless w is NULL or the next matvec norms x itself (cons). Fused: P adds
+ * into x in its epilogue. */
+static int residual_step(const gpu_model *g, gpu_state *s, const kq_matrix *P, const float *in, const float *bias,
+			 const float *post_w, const float *w, int n, int cons)
+{
+	const model_config *c = &g->cfg;
+	const int H = c->hidden, one = c->norm_add_one;
+	const kq_matrix *ms[1] = {P};
+	if (fuse_on(c, n) && !post_w && kc_fuse_ok(1, ms, KC_FUSE_ADD)) {
+		if (kc_linear_residual(P, in, bias, s->x))
+			return -1;
+		return w && !cons ? kc_rmsnorm(s->x, w, 1, H, c->eps, one, s->xb) : 0;
+	}
+	if (kc_linear(P, in, n, bias, s->tmp))
+		return -1;
+	return kc_add_rmsnorm(s->x, s->tmp, post_w, cons ? NULL : w, n, H, c->eps, one, s->xb);
+}
+
 /* Queues the pass for n tokens whose ids are in device memory at positions
  * *d_pos.. (all positions read on the device), and *d_pos += n. */
 static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int n, int all_logits)
@@ -248,17 +297,23 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 	const int one = c->norm_add_one;
 	if (kc_embed(&g->embed, d_tok, n, c->embed_scale, s->x))
 		return -1;
-	/* first attention norm; afterwards the residual kernel produces it */
-	if (kc_rmsnorm(s->x, g->layers[0].attn_norm, n, H, c->eps, one, s->xb))
+	/* first attention norm (unless q/k/v norms x); afterwards residual_step */
+	int qn = qkv_norms(g, 0, n);
+	if (!qn && kc_rmsnorm(s->x, g->layers[0].attn_norm, n, H, c->eps, one, s->xb))
 		return -1;
 	for (int l = 0; l < c->n_layers; l++) {
 		const gpu_layer *L = &g->layers[l];
 		float *kc = s->k + (size_t)l * s->ctx * kvd, *vc = s->v + (size_t)l * s->ctx * kvd;
 		const float *inv_freq = c->sliding[l] ? g->inv_freq_local : g->inv_freq;
 		float *q = s->q, *k = s->kk, *v = s->vv;
-		/* attention block */
+		const kc_norm an = {L->attn_norm, c->eps, one}, fn = {L->ffn_norm, c->eps, one};
+		const int gn = glu_norms(g, l, n);
+		/* attention block: qn says whether q/k/v norms x (else xb holds it) */
 		if (c->fused_qkv) {
-			if (kc_linear(&L->q, s->xb, n, NULL, s->fused))
+			const kq_matrix *ms[1] = {&L->q};
+			float *ys[1] = {s->fused};
+			if (qn ? kc_linear_multi_norm(1, ms, s->x, &an, NULL, ys)
+			       : kc_linear(&L->q, s->xb, n, NULL, s->fused))
 				return -1;
 			size_t w = (size_t)(qd + 2 * kvd) * 4;
 			if (n == 1) { /* one row: q, k, v are contiguous slices */
@@ -274,7 +329,8 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 			const kq_matrix *ms[3] = {&L->q, &L->k, &L->v};
 			const float *bs[3] = {L->q_bias, L->k_bias, L->v_bias};
 			float *ys[3] = {q, k, v};
-			if (kc_linear_multi(3, ms, s->xb, n, bs, ys))
+			if (qn ? kc_linear_multi_norm(3, ms, s->x, &an, bs, ys)
+			       : kc_linear_multi(3, ms, s->xb, n, bs, ys))
 				return -1;
 		}
 		if (kc_qk_rope_append(q, k, v, n, nh, nkv, hd, c->rot_dim, s->d_pos, inv_freq, c->rope_mscale,
@@ -284,15 +340,16 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 		if (kc_attention(q, kc, vc, s->att, n, s->d_pos, nh, nkv, hd, c->attn_scale,
 				 c->sliding[l] ? c->window : 0, c->attn_softcap, s->ctx, s->att_scratch))
 			return -1;
-		if (kc_linear(&L->o, s->att, n, L->o_bias, s->tmp))
+		if (residual_step(g, s, &L->o, s->att, L->o_bias, c->sandwich ? L->post_attn_norm : NULL, L->ffn_norm,
+				  n, gn))
 			return -1;
-		if (kc_add_rmsnorm(s->x, s->tmp, c->sandwich ? L->post_attn_norm : NULL, L->ffn_norm, n, H, c->eps,
-				   one, s->xb))
-			return -1;
-		/* feed-forward block */
+		/* feed-forward block: gn says whether gate/up norms x */
 		float *gt = s->gate, *up = s->up;
 		if (c->fused_qkv) {
-			if (kc_linear(&L->gate, s->xb, n, NULL, s->fused))
+			const kq_matrix *ms[1] = {&L->gate};
+			float *ys[1] = {s->fused};
+			if (gn ? kc_linear_multi_norm(1, ms, s->x, &fn, NULL, ys)
+			       : kc_linear(&L->gate, s->xb, n, NULL, s->fused))
 				return -1;
 			if (n == 1) {
 				gt = s->fused;
@@ -303,22 +360,27 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 			}
 			if (kc_glu(gt, up, (size_t)n * I, c->act))
 				return -1;
-		} else if (kc_linear_glu(&L->gate, &L->up, s->xb, n, c->act, gt, up)) { /* gate/up + GLU */
+		} else if (gn ? kc_linear_glu_norm(&L->gate, &L->up, s->x, &fn, c->act, gt)
+			      : kc_linear_glu(&L->gate, &L->up, s->xb, n, c->act, gt, up)) { /* gate/up + GLU */
 			return -1;
 		}
-		if (kc_linear(&L->down, gt, n, NULL, s->tmp))
-			return -1;
 		/* residual + the next layer's attention norm (or nothing after the last) */
 		const float *next = l + 1 < c->n_layers ? g->layers[l + 1].attn_norm : NULL;
-		if (kc_add_rmsnorm(s->x, s->tmp, c->sandwich ? L->post_ffn_norm : NULL, next, n, H, c->eps, one,
-				   s->xb))
+		qn = next && qkv_norms(g, l + 1, n);
+		if (residual_step(g, s, &L->down, gt, NULL, c->sandwich ? L->post_ffn_norm : NULL, next, n, qn))
 			return -1;
 	}
 	int first = all_logits ? 0 : n - 1, nout = n - first;
-	if (kc_rmsnorm(s->x + (size_t)first * H, g->final_norm, nout, H, c->eps, one, s->xb))
+	const kq_matrix *lm[1] = {&g->lm_head};
+	if (nout == 1 && fuse_on(c, n) && kc_fuse_ok(1, lm, KC_FUSE_NORM)) {
+		const kc_norm fin = {g->final_norm, c->eps, one};
+		float *ys[1] = {s->logits};
+		if (kc_linear_multi_norm(1, lm, s->x + (size_t)first * H, &fin, NULL, ys))
+			return -1;
+	} else if (kc_rmsnorm(s->x + (size_t)first * H, g->final_norm, nout, H, c->eps, one, s->xb) ||
+		   kc_linear(&g->lm_head, s->xb, nout, NULL, s->logits)) {
 		return -1;
-	if (kc_linear(&g->lm_head, s->xb, nout, NULL, s->logits))
-		return -1;
+	}
 	if (c->final_softcap > 0 && kc_softcap(s->logits, (size_t)nout * c->vocab, c->final_softcap))
 		return -1;
 	return kc_pos_advance(s->d_pos, n);

@@ -53,6 +53,7 @@ static cudaEvent_t g_ev[8];
 static int g_ready;
 static int g_sms = 132;
 static int g_pdl = 1; /* launch_pdl: see "programmatic dependent launch" */
+static int g_pdl_add; /* the same for the residual-adding matvecs (MLXR_CUDA_PDL_ADD=1; off: run 24) */
 static int *g_stage;                      /* [KC_STAGE_SLOTS] pinned host */
 static cudaEvent_t g_stage_ev[KC_STAGE_SLOTS];
 
@@ -87,6 +88,8 @@ extern "C" int kc_init(int dev)
 	setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 	const char *pdl = getenv("MLXR_CUDA_PDL");
 	g_pdl = !(pdl && pdl[0] == '0');
+	const char *pa = getenv("MLXR_CUDA_PDL_ADD");
+	g_pdl_add = g_pdl && pa && pa[0] == '1';
 	CK(cudaSetDevice(dev));
 	CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
 	for (int i = 0; i < 8; i++)
@@ -175,6 +178,12 @@ extern "C" int kc_sync(void)
  * before pdl_wait, which returns once the predecessor has completed and
  * its writes are visible (then, transitively, every earlier kernel's).
  * Without the attribute both are no-ops. MLXR_CUDA_PDL=0 turns it off.
+ * Not on the matvecs that add into the residual stream (o, down in
+ * decode: kc_linear_residual), whose successor norms x in its staging:
+ * with the attribute on both, a chain of four matvecs could launch early
+ * (gate/up, down, q/k/v: no plain launch between them any more) and 8B
+ * decode ran 365 tok/s against 417 without it on the adding ones (run
+ * 24; MLXR_CUDA_PDL_ADD=1 puts it back, for benchmarks).
  * Rejected (run 15): the attribute on every decode kernel (norms, RoPE,
  * attention, merge, argmax, SIMT matvec): 8B decode 320.7 -> 279.9 tok/s,
  * 1B 1039 -> 994 (not analysed; the SIMT matvec's many early blocks,
@@ -194,7 +203,7 @@ static __device__ __forceinline__ void pdl_wait(void)
 }
 
 template <typename... KArgs, typename... Args>
-static cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args)
+static cudaError_t launch_ex(int pdl, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args)
 {
 	cudaLaunchConfig_t cfg = {};
 	cfg.gridDim = grid;
@@ -205,8 +214,14 @@ static cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, siz
 	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	at[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.attrs = at;
-	cfg.numAttrs = g_pdl ? 1 : 0;
+	cfg.numAttrs = pdl ? 1 : 0;
 	return cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_pdl(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args)
+{
+	return launch_ex(g_pdl, kern, grid, block, smem, args...);
 }
 
 /* ---- element access ---- */
@@ -543,6 +558,9 @@ struct mv_args {
 	int vec; /* row starts are 16-byte aligned: vector loads of the codes */
 	int act; /* k_matvec_mma with NM = 2: y[0] = glu_act(W0 x, act) * (W1 x) */
 	int tiles; /* k_matvec_mma: row tiles in the launch */
+	int add; /* NM = 1: y[row] += result (the residual stream, in place; kc_linear_residual) */
+	const float *nw; /* the tensor-core kernels' NORM variant: x is normed, rmsnorm(x, nw) (kc_linear_multi_norm) */
+	float one, eps; /* that norm's (nw + one) and eps */
 };
 
 template <int BITS, class S>
@@ -777,32 +795,63 @@ static __device__ __forceinline__ void mq_compute(const mq_regs<BITS / 4, S::SW>
 	}
 }
 
+/* 8 consecutive floats from p (16-byte aligned if vec), zeros if !ok. */
+static __device__ __forceinline__ void ld8(const float *p, bool ok, bool vec, float (&v)[8])
+{
+	if (ok && vec) {
+		float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
+		v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+		v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+	} else {
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			v[j] = ok ? __ldg(p + j) : 0.0f;
+	}
+}
+
 /* Stages all of x (nch chunks) in shared memory: 4 lanes per chunk, 8
  * consecutive values each; the loads of MQ_XU items are issued before any
- * is used (v1 waited for one round trip per item). */
+ * is used (v1 waited for one round trip per item).
+ * NORM (the consumer side of the residual fusion, kc_linear_multi_norm):
+ * x is the residual stream and the matrix multiplies rmsnorm(x, nw) =
+ * x (nw + one) / rms(x). Staged is x (nw + one); the sum of x^2 over the
+ * whole row (every block stages all of x anyway) is summed on the way,
+ * per thread in item order, per warp by a fixed shuffle tree, into
+ * nss[warp]; the caller reads nss after its barrier (mq_inv) and scales
+ * the dot products by 1/rms(x) in its epilogue. So the reduction waits
+ * for nothing and nothing waits for it before the first mma, and every
+ * block (same items per thread) gets the same bits on every run.
+ * (Run 16 reduced x^2 in each block before staging x/rms: lost 10%.) */
 #define MQ_XU 4
-template <int BITS>
-static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, bool xvec, int nch, uint32_t *xs)
+template <int BITS, int NORM>
+static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, const float *__restrict__ nw, float one,
+						bool xvec, int nch, uint32_t *xs, float *nss)
 {
 	const int tid = threadIdx.x;
 	if (tid < 16)
 		xs[nch * MQ_CW + tid] = 0; /* the zero B fragment (mq_compute) */
+	float ss = 0.0f;
 	for (int i0 = 0; i0 < nch * 4; i0 += 32 * MQ_WARPS * MQ_XU) {
 		float v[MQ_XU][8];
 #pragma unroll
 		for (int u = 0; u < MQ_XU; u++) {
 			const int i = i0 + u * 32 * MQ_WARPS + tid;
-			const bool ok = i < nch * 4;
-			const float *xp = x + (size_t)i * 8;
-			if (ok && xvec) {
-				float4 p = __ldg((const float4 *)xp), q = __ldg((const float4 *)xp + 1);
-				v[u][0] = p.x; v[u][1] = p.y; v[u][2] = p.z; v[u][3] = p.w;
-				v[u][4] = q.x; v[u][5] = q.y; v[u][6] = q.z; v[u][7] = q.w;
-			} else {
+			ld8(x + (size_t)i * 8, i < nch * 4, xvec, v[u]);
+		}
+		if (NORM) {
+			float w[MQ_XU][8];
 #pragma unroll
-				for (int j = 0; j < 8; j++)
-					v[u][j] = ok ? __ldg(xp + j) : 0.0f;
+			for (int u = 0; u < MQ_XU; u++) {
+				const int i = i0 + u * 32 * MQ_WARPS + tid;
+				ld8(nw + (size_t)i * 8, i < nch * 4, xvec, w[u]);
 			}
+#pragma unroll
+			for (int u = 0; u < MQ_XU; u++)
+#pragma unroll
+				for (int j = 0; j < 8; j++) {
+					ss = fmaf(v[u][j], v[u][j], ss);
+					v[u][j] *= w[u][j] + one;
+				}
 		}
 #pragma unroll
 		for (int u = 0; u < MQ_XU; u++) {
@@ -842,6 +891,22 @@ static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, boo
 			}
 		}
 	}
+	if (NORM) {
+		ss = warp_sum(ss);
+		if ((tid & 31) == 0)
+			nss[tid >> 5] = ss;
+	}
+}
+
+/* 1/rms(x) from mq_stage's per-warp sums (after the block's barrier), in
+ * one fixed order: the same value in every thread of every block. */
+static __device__ __forceinline__ float mq_inv(const float *nss, int cols, float eps)
+{
+	float t = nss[0];
+#pragma unroll
+	for (int w = 1; w < MQ_WARPS; w++)
+		t += nss[w];
+	return 1.0f / sqrtf(t / (float)cols + eps);
 }
 
 /* Row tile `tile` (MQ_ROWS rows) of the launch: matrix mi, first row r0. */
@@ -859,12 +924,13 @@ static __device__ __forceinline__ void mq_tile(const mv_args &a, int NM, int til
  * only for large matrices: lm_head). Each lane double-buffers its steps
  * (4 bits): the next step's loads are in flight while this one computes.
  * The first step's loads are issued before x is staged. */
-template <int BITS, class S, int NM>
+template <int BITS, class S, int NM, int NORM>
 __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a, const float *__restrict__ x)
 {
 	pdl_trigger();
 	extern __shared__ uint32_t xs[]; /* [nch][MQ_CW] */
 	__shared__ float red[2][NM][MQ_WARPS][MQ_ROWS];
+	__shared__ float nss[MQ_WARPS];
 	constexpr int V = BITS / 4;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, tig = lane & 3;
@@ -883,8 +949,9 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a
 				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
 				 (size_t)rb * ngp, cpg_sh, wid, tig, nch);
 	pdl_wait(); /* x is the predecessor's output */
-	mq_stage<BITS>(x, a.vec & 2, nch, xs);
+	mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss);
 	__syncthreads();
+	const float inv = NORM ? mq_inv(nss, cols, a.eps) : 1.0f;
 	int it = 0;
 	for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x, it ^= 1) {
 		if (tile != (int)blockIdx.x) {
@@ -942,10 +1009,12 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a
 #pragma unroll
 				for (int w = 0; w < MQ_WARPS; w++)
 					v[m] += red[it][m][w][tid];
+				if (NORM)
+					v[m] *= inv;
 				v[m] += a.bias[mi + m] ? a.bias[mi + m][r0 + tid] : 0.0f;
 			}
 			if (NM == 1)
-				a.y[mi][r0 + tid] = v[0];
+				a.y[mi][r0 + tid] = a.add ? a.y[mi][r0 + tid] + v[0] : v[0];
 			else
 				a.y[0][r0 + tid] = glu_act(v[0], a.act) * v[NM - 1];
 		}
@@ -986,11 +1055,12 @@ static __device__ __forceinline__ void mq_load_at(mq_regs<BITS / 4, S::SW> &r, c
 			 (size_t)rb * ngp, cpg_sh, p.st, tig, nch);
 }
 
-template <int BITS, class S, int NM>
+template <int BITS, class S, int NM, int NORM>
 __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a, const float *__restrict__ x)
 {
 	pdl_trigger();
 	extern __shared__ uint32_t xs[]; /* [nch][MQ_CW] + zeros */
+	__shared__ float nss[MQ_WARPS];
 	constexpr int V = BITS / 4;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, tig = lane & 3;
@@ -1009,8 +1079,9 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
 		mq_next(lp, NM, nsteps, stride);
 	}
 	pdl_wait(); /* x is the predecessor's output */
-	mq_stage<BITS>(x, a.vec & 2, nch, xs);
+	mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss);
 	__syncthreads();
+	const float inv = NORM ? mq_inv(nss, cols, a.eps) : 1.0f;
 	float acc_a = 0.0f, acc_b = 0.0f, gate_a = 0.0f, gate_b = 0.0f;
 	for (int k = 0; k < items; k++) {
 		const bool odd = k & 1;
@@ -1043,11 +1114,13 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
 					if (row >= R)
 						continue;
 					float v = e ? acc_b : acc_a;
+					if (NORM)
+						v *= inv;
 					v += a.bias[mi + NM - 1] ? a.bias[mi + NM - 1][row] : 0.0f;
 					if (NM == 1) {
-						a.y[mi][row] = v;
+						a.y[mi][row] = a.add ? a.y[mi][row] + v : v;
 					} else {
-						float gv = (e ? gate_b : gate_a) + (a.bias[0] ? a.bias[0][row] : 0.0f);
+						float gv = (e ? gate_b : gate_a) * inv + (a.bias[0] ? a.bias[0][row] : 0.0f);
 						a.y[0][row] = glu_act(gv, a.act) * v;
 					}
 				}
@@ -1596,7 +1669,7 @@ extern "C" int kc_matvec_impl(int impl)
 	return old;
 }
 
-template <int BITS, class S, int NM>
+template <int BITS, class S, int NM, int NORM>
 static int mq_launch(const mv_args &a, const float *x, size_t smem)
 {
 	/* Many tiles (lm_head, gate/up: tiles x NM >= MQ_WT_MIN): warp-owned
@@ -1605,19 +1678,21 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 	int occ = 0;
 	if constexpr (BITS == 4) { /* 8 bits: two register sets would spill */
 		if (a.tiles * NM >= MQ_WT_MIN && g_mv_impl == 3) {
-			if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_wt<BITS, S, NM>, 32 * MQ_WARPS,
-									   smem) != cudaSuccess || occ < 1)
+			if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_wt<BITS, S, NM, NORM>,
+									   32 * MQ_WARPS, smem) != cudaSuccess || occ < 1)
 				occ = 1;
 			int need = (a.tiles + MQ_WARPS - 1) / MQ_WARPS, grid = need < occ * g_sms ? need : occ * g_sms;
-			CK(launch_pdl(k_matvec_wt<BITS, S, NM>, dim3(grid), dim3(32 * MQ_WARPS), smem, a, x));
+			CK(launch_ex(a.add ? g_pdl_add : g_pdl, k_matvec_wt<BITS, S, NM, NORM>, dim3(grid),
+				     dim3(32 * MQ_WARPS), smem, a, x));
 			return 0;
 		}
 	}
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_mma<BITS, S, NM>, 32 * MQ_WARPS, smem) !=
-	    cudaSuccess || occ < 1)
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_mma<BITS, S, NM, NORM>, 32 * MQ_WARPS,
+							   smem) != cudaSuccess || occ < 1)
 		occ = 1;
 	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
-	CK(launch_pdl(k_matvec_mma<BITS, S, NM>, dim3(grid), dim3(32 * MQ_WARPS), smem, a, x));
+	CK(launch_ex(a.add ? g_pdl_add : g_pdl, k_matvec_mma<BITS, S, NM, NORM>, dim3(grid), dim3(32 * MQ_WARPS),
+		     smem, a, x));
 	return 0;
 }
 
@@ -1625,22 +1700,33 @@ template <class S>
 static int mq_dispatch(int bits, const mv_args &a, const float *x, int glu)
 {
 	size_t smem = (size_t)(a.cols / 32) * MQ_CW * 4 + 64; /* + the zero B fragment */
+	if (a.nw) {
+		if (bits == 4)
+			return glu ? mq_launch<4, S, 2, 1>(a, x, smem) : mq_launch<4, S, 1, 1>(a, x, smem);
+		return glu ? mq_launch<8, S, 2, 1>(a, x, smem) : mq_launch<8, S, 1, 1>(a, x, smem);
+	}
 	if (bits == 4)
-		return glu ? mq_launch<4, S, 2>(a, x, smem) : mq_launch<4, S, 1>(a, x, smem);
-	return glu ? mq_launch<8, S, 2>(a, x, smem) : mq_launch<8, S, 1>(a, x, smem);
+		return glu ? mq_launch<4, S, 2, 0>(a, x, smem) : mq_launch<4, S, 1, 0>(a, x, smem);
+	return glu ? mq_launch<8, S, 2, 0>(a, x, smem) : mq_launch<8, S, 1, 0>(a, x, smem);
 }
 
 /* The staged x may take more than the default 48 KB of shared memory. */
+template <class S, int N>
+static int mq_attr_norm(void)
+{
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	return 0;
+}
+
 template <class S>
 static int mq_attr(void)
 {
-	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
-	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
-	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
-	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
-	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
-	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
-	return 0;
+	return mq_attr_norm<S, 0>() || mq_attr_norm<S, 1>() ? -1 : 0;
 }
 
 /* ---- prefill GEMM: host side ----
@@ -1802,8 +1888,58 @@ static int check_matrix(const kq_matrix *m)
 	return 0;
 }
 
+/* The tensor-core matvec takes count matrices sharing x (n == 1) when the
+ * first is one it takes (mq_ok), all have its bits, cols, group and scale
+ * dtype, and every row starts 16-byte aligned. */
+static int mq_group_ok(int count, const kq_matrix *const *ms)
+{
+	if (!mq_ok(ms[0]) || ((size_t)ms[0]->cols * ms[0]->bits / 8) % 16)
+		return 0;
+	for (int i = 0; i < count; i++)
+		if (((uintptr_t)ms[i]->w & 15) || ms[i]->bits != ms[0]->bits || ms[i]->cols != ms[0]->cols ||
+		    ms[i]->group_size != ms[0]->group_size || ms[i]->sdt != ms[0]->sdt)
+			return 0;
+	return 1;
+}
+
+static int g_resid_impl; /* kc_residual_impl */
+
+extern "C" int kc_residual_impl(int impl)
+{
+	int old = g_resid_impl;
+	if (impl >= 0)
+		g_resid_impl = impl;
+	return old;
+}
+
+extern "C" int kc_fuse_ok(int count, const kq_matrix *const *ms, int what)
+{
+	if (count < 1 || count > KC_MAX_FUSE || g_resid_impl == 1 || (what == KC_FUSE_ADD && g_resid_impl == 3) ||
+	    (what == KC_FUSE_NORM && g_resid_impl == 2))
+		return 0;
+	for (int i = 0; i < count; i++)
+		if (!ms[i] || !ms[i]->bits || check_matrix(ms[i]))
+			return 0;
+	return mq_group_ok(count, ms);
+}
+
+/* The (x normed, y added) launch fields of mv_args; x's vector loads also
+ * need the norm weight 16-byte aligned. */
+static void mq_fuse_args(mv_args &a, const float *x, const kc_norm *nrm, int add)
+{
+	a.add = add;
+	if (nrm) {
+		a.nw = nrm->w;
+		a.one = nrm->add_one ? 1.0f : 0.0f;
+		a.eps = nrm->eps;
+	}
+	a.vec |= ((uintptr_t)x & 15) || (nrm && ((uintptr_t)nrm->w & 15)) ? 0 : 2;
+}
+
+/* n == 1, count matrices sharing x; nrm / add: the residual fusions
+ * (kcuda.h), only on the tensor-core kernels. */
 static int matvec_fused(int count, const kq_matrix *const *ms, const float *x, const float *const *bias,
-			float *const *y)
+			float *const *y, const kc_norm *nrm, int add)
 {
 	mv_args a;
 	memset(&a, 0, sizeof(a));
@@ -1823,7 +1959,7 @@ static int matvec_fused(int count, const kq_matrix *const *ms, const float *x, c
 		if (((uintptr_t)ms[i]->w & 15) || ((size_t)a.cols * ms[0]->bits / 8) % 16)
 			a.vec = 0;
 	}
-	if (mq_ok(ms[0]) && a.vec) {
+	if (mq_group_ok(count, ms)) {
 		/* tensor-core path: row tiles of MQ_ROWS */
 		nb = 0;
 		for (int i = 0; i < count; i++) {
@@ -1831,12 +1967,16 @@ static int matvec_fused(int count, const kq_matrix *const *ms, const float *x, c
 			nb += (ms[i]->rows + MQ_ROWS - 1) / MQ_ROWS;
 		}
 		a.tiles = nb;
-		a.vec |= ((uintptr_t)x & 15) ? 0 : 2;
+		mq_fuse_args(a, x, nrm, add);
 		switch (ms[0]->sdt) {
 		case KDT_F32: return mq_dispatch<F32>(ms[0]->bits, a, x, 0);
 		case KDT_F16: return mq_dispatch<F16>(ms[0]->bits, a, x, 0);
 		default: return mq_dispatch<BF16>(ms[0]->bits, a, x, 0);
 		}
+	}
+	if (nrm || add) {
+		snprintf(g_err, sizeof(g_err), "matvec: the residual fusion needs the tensor-core matvec (kc_fuse_ok)");
+		return -1;
 	}
 	int blocks = (nb + KC_MV_WARPS - 1) / KC_MV_WARPS;
 	switch (ms[0]->sdt) {
@@ -1856,7 +1996,7 @@ extern "C" int kc_linear(const kq_matrix *m, const float *x, int n, const float 
 		const kq_matrix *ms[1] = {m};
 		const float *bs[1] = {bias};
 		float *ys[1] = {y};
-		return matvec_fused(1, ms, x, bs, ys);
+		return matvec_fused(1, ms, x, bs, ys, NULL, 0);
 	}
 	if (n == 1) {
 		int blocks = (m->rows + 3) / 4;
@@ -1894,7 +2034,7 @@ extern "C" int kc_linear_multi(int count, const kq_matrix *const *ms, const floa
 			same = 0;
 	}
 	if (same)
-		return matvec_fused(count, ms, x, bias, y);
+		return matvec_fused(count, ms, x, bias, y, NULL, 0);
 	int split = n > 1;
 	for (int i = 0; i < count; i++)
 		if (!tg_ok(ms[i]) || ms[i]->bits != ms[0]->bits || ms[i]->cols != ms[0]->cols ||
@@ -1915,39 +2055,84 @@ extern "C" int kc_linear_multi(int count, const kq_matrix *const *ms, const floa
 	return 0;
 }
 
+/* gate/up + GLU in one tensor-core launch (gate and up: mq_ok, one shape). */
+static int glu_launch(const kq_matrix *gate, const kq_matrix *up, const float *x, int act, float *g_out,
+		      const kc_norm *nrm)
+{
+	mv_args a;
+	memset(&a, 0, sizeof(a));
+	const kq_matrix *ms[2] = {gate, up};
+	for (int i = 0; i < 2; i++) {
+		a.w[i] = (const uint32_t *)ms[i]->w;
+		a.s[i] = ms[i]->scales;
+		a.rows[i] = ms[i]->rows;
+	}
+	a.y[0] = g_out;
+	a.count = 2;
+	a.cols = gate->cols;
+	a.group = gate->group_size;
+	a.vec = 1;
+	a.act = act;
+	a.tiles = (gate->rows + MQ_ROWS - 1) / MQ_ROWS;
+	mq_fuse_args(a, x, nrm, 0);
+	switch (gate->sdt) {
+	case KDT_F32: return mq_dispatch<F32>(gate->bits, a, x, 1);
+	case KDT_F16: return mq_dispatch<F16>(gate->bits, a, x, 1);
+	default: return mq_dispatch<BF16>(gate->bits, a, x, 1);
+	}
+}
+
+static int glu_same(const kq_matrix *gate, const kq_matrix *up)
+{
+	return gate->bits == up->bits && gate->rows == up->rows && gate->cols == up->cols &&
+	       gate->group_size == up->group_size && gate->sdt == up->sdt;
+}
+
 extern "C" int kc_linear_glu(const kq_matrix *gate, const kq_matrix *up, const float *x, int n, int act,
 			     float *g_out, float *u_out)
 {
 	if (check_matrix(gate) || check_matrix(up))
 		return -1;
-	if (n == 1 && mq_ok(gate) && mq_ok(up) && gate->bits == up->bits && gate->rows == up->rows &&
-	    gate->cols == up->cols && gate->group_size == up->group_size && gate->sdt == up->sdt) {
-		mv_args a;
-		memset(&a, 0, sizeof(a));
-		const kq_matrix *ms[2] = {gate, up};
-		for (int i = 0; i < 2; i++) {
-			a.w[i] = (const uint32_t *)ms[i]->w;
-			a.s[i] = ms[i]->scales;
-				a.rows[i] = ms[i]->rows;
-		}
-		a.y[0] = g_out;
-		a.count = 2;
-		a.cols = gate->cols;
-		a.group = gate->group_size;
-		a.vec = 1 | (((uintptr_t)x & 15) ? 0 : 2);
-		a.act = act;
-		a.tiles = (gate->rows + MQ_ROWS - 1) / MQ_ROWS;
-		switch (gate->sdt) {
-		case KDT_F32: return mq_dispatch<F32>(gate->bits, a, x, 1);
-		case KDT_F16: return mq_dispatch<F16>(gate->bits, a, x, 1);
-		default: return mq_dispatch<BF16>(gate->bits, a, x, 1);
-		}
-	}
+	if (n == 1 && mq_ok(gate) && mq_ok(up) && glu_same(gate, up))
+		return glu_launch(gate, up, x, act, g_out, NULL);
 	const kq_matrix *ms[2] = {gate, up};
 	float *ys[2] = {g_out, u_out};
 	if (kc_linear_multi(2, ms, x, n, NULL, ys))
 		return -1;
 	return kc_glu(g_out, u_out, (size_t)n * gate->rows, act);
+}
+
+extern "C" int kc_linear_residual(const kq_matrix *m, const float *x, const float *bias, float *resid)
+{
+	const kq_matrix *ms[1] = {m};
+	const float *bs[1] = {bias};
+	float *ys[1] = {resid};
+	if (!kc_fuse_ok(1, ms, KC_FUSE_ADD)) {
+		snprintf(g_err, sizeof(g_err), "kc_linear_residual: not a fused matrix (kc_fuse_ok)");
+		return -1;
+	}
+	return matvec_fused(1, ms, x, bs, ys, NULL, 1);
+}
+
+extern "C" int kc_linear_multi_norm(int count, const kq_matrix *const *ms, const float *x, const kc_norm *nrm,
+				    const float *const *bias, float *const *y)
+{
+	if (!nrm || !nrm->w || !kc_fuse_ok(count, ms, KC_FUSE_NORM)) {
+		snprintf(g_err, sizeof(g_err), "kc_linear_multi_norm: no norm or not fused matrices (kc_fuse_ok)");
+		return -1;
+	}
+	return matvec_fused(count, ms, x, bias, y, nrm, 0);
+}
+
+extern "C" int kc_linear_glu_norm(const kq_matrix *gate, const kq_matrix *up, const float *x, const kc_norm *nrm,
+				  int act, float *g_out)
+{
+	const kq_matrix *ms[2] = {gate, up};
+	if (!nrm || !nrm->w || !kc_fuse_ok(2, ms, KC_FUSE_NORM) || !glu_same(gate, up)) {
+		snprintf(g_err, sizeof(g_err), "kc_linear_glu_norm: no norm or not fused matrices (kc_fuse_ok)");
+		return -1;
+	}
+	return glu_launch(gate, up, x, act, g_out, nrm);
 }
 
 /* ---- embedding ---- */

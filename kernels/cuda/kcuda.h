@@ -108,6 +108,42 @@ int kc_matvec_impl(int impl);
  * kc_linear_multi into g_out and u_out, then kc_glu. */
 int kc_linear_glu(const kq_matrix *gate, const kq_matrix *up, const float *x, int n, int act, float *g_out,
 		  float *u_out);
+/* ---- decode (n == 1): the residual add and the RMSNorm inside the matvecs ----
+ * The layer's residual steps (x += o(att); then the ffn norm; x += down(h);
+ * then the next norm) without a launch of their own:
+ * - producer: kc_linear_residual: resid[rows] += W x + bias, in place, in
+ *   the matvec's epilogue (one thread per row; resid must not overlap x);
+ * - consumer: kc_linear_multi_norm / kc_linear_glu_norm: as kc_linear_multi
+ *   / kc_linear_glu (n == 1) of rmsnorm(x, nrm) (kc_rmsnorm's semantics,
+ *   x one row of cols values, the residual stream itself, not changed).
+ *   Each block sums x^2 over the row while it stages x (it stages all of
+ *   x anyway) and scales its dot products by 1/rms(x) at the end, summing
+ *   in one fixed order: bit-for-bit the same result on every run.
+ * Only where kc_fuse_ok(count, ms, what) is 1 (what: KC_FUSE_ADD for
+ * kc_linear_residual, KC_FUSE_NORM for the others): the tensor-core matvec
+ * (4- and 8-bit matrices, groups 32/64/128, see kc_matvec_impl), all count
+ * matrices of one bits/cols/group/scale dtype, and kc_residual_impl allows;
+ * kc_linear_glu_norm also needs gate and up of one shape. Elsewhere these
+ * return -1 (callers use kc_linear + kc_add_rmsnorm / kc_rmsnorm). */
+typedef struct {
+	const float *w; /* [cols] device */
+	float eps;
+	int add_one; /* (1 + w) */
+} kc_norm;
+#define KC_FUSE_ADD 1  /* kc_linear_residual */
+#define KC_FUSE_NORM 2 /* kc_linear_multi_norm, kc_linear_glu_norm */
+int kc_fuse_ok(int count, const kq_matrix *const *ms, int what);
+int kc_linear_residual(const kq_matrix *m, const float *x, const float *bias, float *resid);
+int kc_linear_multi_norm(int count, const kq_matrix *const *ms, const float *x, const kc_norm *nrm,
+			 const float *const *bias, float *const *y);
+/* g_out[rows] = act(gate xn) * (up xn), xn = rmsnorm(x, nrm). */
+int kc_linear_glu_norm(const kq_matrix *gate, const kq_matrix *up, const float *x, const kc_norm *nrm, int act,
+		       float *g_out);
+/* 0 (default): kc_fuse_ok as above; 1: kc_fuse_ok is 0 everywhere (the
+ * forward pass takes the separate add + norm launches; benchmarks compare);
+ * 2: KC_FUSE_ADD only; 3: KC_FUSE_NORM only.
+ * impl < 0 only reads; returns the previous setting; not thread-safe. */
+int kc_residual_impl(int impl);
 /* out[t][cols] = scale * row tokens[t] of W, t < n (tokens: device). */
 int kc_embed(const kq_matrix *m, const int *d_tokens, int n, float scale, float *out);
 /* out[r] = x[r] / rms(x[r]) * (w + add_one) for `rows` rows of n. */

@@ -12,7 +12,9 @@
  * that switch on every architecture flag (q/k norm, biases, (1+w) and
  * sandwich norms, GeGLU, soft-capping, sliding windows with local RoPE,
  * fused qkv, partial rotation, dense weights) over several bits x group x
- * scale dtype. `make cuda-test`; exits 2 without a device.
+ * scale dtype, one with the bits mixed by layer (the decode residual
+ * fusions on one side of a residual step). `make cuda-test`; exits 2
+ * without a device. RESID_IMPL=1: under kc_residual_impl(1) (no fusion).
  */
 #include <math.h>
 #include <stdio.h>
@@ -285,6 +287,7 @@ typedef struct {
 	int hidden, layers, nh, nkv, hd, inter, vocab, rot;
 	int qk_norm, qkv_bias, o_bias, add_one, sandwich, act, fused, window, tied;
 	float attn_softcap, final_softcap, mscale;
+	int mix; /* bits of o and down on even layers, of q/k/v and gate/up on odd ones (0: all bits) */
 } synth;
 
 static void build(model *m, const synth *s)
@@ -335,18 +338,20 @@ static void build(model *m, const synth *s)
 	m->layers = calloc((size_t)s->layers, sizeof(layer_weights));
 	for (int l = 0; l < s->layers; l++) {
 		layer_weights *L = &m->layers[l];
+		/* mixed bits: the decode residual fusions (4, 8 bits) on one side of a residual step only */
+		const int ib = s->mix && (l & 1) ? s->mix : s->bits, ob = s->mix && !(l & 1) ? s->mix : s->bits;
 		if (s->fused) {
-			L->q = rmat(qd + 2 * kvd, H, s->bits, s->gs, s->sdt, 2.0f);
-			L->gate = rmat(2 * I, H, s->bits, s->gs, s->sdt, 1.0f);
+			L->q = rmat(qd + 2 * kvd, H, ib, s->gs, s->sdt, 2.0f);
+			L->gate = rmat(2 * I, H, ib, s->gs, s->sdt, 1.0f);
 		} else {
-			L->q = rmat(qd, H, s->bits, s->gs, s->sdt, 2.0f);
-			L->k = rmat(kvd, H, s->bits, s->gs, s->sdt, 2.0f);
-			L->v = rmat(kvd, H, s->bits, s->gs, s->sdt, 1.0f);
-			L->gate = rmat(I, H, s->bits, s->gs, s->sdt, 1.0f);
-			L->up = rmat(I, H, s->bits, s->gs, s->sdt, 1.0f);
+			L->q = rmat(qd, H, ib, s->gs, s->sdt, 2.0f);
+			L->k = rmat(kvd, H, ib, s->gs, s->sdt, 2.0f);
+			L->v = rmat(kvd, H, ib, s->gs, s->sdt, 1.0f);
+			L->gate = rmat(I, H, ib, s->gs, s->sdt, 1.0f);
+			L->up = rmat(I, H, ib, s->gs, s->sdt, 1.0f);
 		}
-		L->o = rmat(H, qd, s->bits, s->gs, s->sdt, 1.0f);
-		L->down = rmat(H, I, s->bits, s->gs, s->sdt, 1.0f);
+		L->o = rmat(H, qd, ob, s->gs, s->sdt, 1.0f);
+		L->down = rmat(H, I, ob, s->gs, s->sdt, 1.0f);
 		if (s->qkv_bias) {
 			L->q_bias = rvec(qd, -0.5f, 0.5f);
 			L->k_bias = rvec(kvd, -0.5f, 0.5f);
@@ -388,15 +393,18 @@ static void unbuild(model *m)
 }
 
 static const synth synths[] = {
-	/* name              bits gs  sdt       H   L  nh nkv hd  I    V    rot qkn qkvb ob one sw act fu win tied acap fcap msc */
-	{"llama-like b4g64 f16", 4, 64, KDT_F16, 256, 3, 8, 2, 32, 512, 3000, 32, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1},
-	{"qwen3-like b4g64 bf16", 4, 64, KDT_BF16, 256, 2, 8, 2, 64, 768, 2000, 64, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-	{"qwen2-like b8g32 f32", 8, 32, KDT_F32, 192, 2, 6, 2, 32, 384, 1500, 32, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1},
-	{"gemma3-like b3g128 f16", 3, 128, KDT_F16, 256, 3, 4, 1, 128, 512, 2048, 128, 1, 0, 0, 1, 1, 1, 0, 8, 1, 50, 30, 1},
-	{"phi3-like b6g32 f16", 6, 32, KDT_F16, 192, 2, 6, 6, 32, 256, 1000, 16, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 1.2f},
-	{"b2g32 bf16", 2, 32, KDT_BF16, 128, 2, 4, 2, 32, 256, 1000, 32, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1},
-	{"b5g64 f32", 5, 64, KDT_F32, 256, 2, 4, 2, 64, 512, 1000, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
-	{"dense bf16", 0, 0, KDT_BF16, 128, 2, 4, 2, 32, 256, 1000, 32, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1},
+	/* name              bits gs  sdt       H   L  nh nkv hd  I    V    rot qkn qkvb ob one sw act fu win tied acap fcap msc mix */
+	{"llama-like b4g64 f16", 4, 64, KDT_F16, 256, 3, 8, 2, 32, 512, 3000, 32, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0},
+	{"qwen3-like b4g64 bf16", 4, 64, KDT_BF16, 256, 2, 8, 2, 64, 768, 2000, 64, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+	{"qwen2-like b8g32 f32", 8, 32, KDT_F32, 192, 2, 6, 2, 32, 384, 1500, 32, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0},
+	{"gemma3-like b3g128 f16", 3, 128, KDT_F16, 256, 3, 4, 1, 128, 512, 2048, 128, 1, 0, 0, 1, 1, 1, 0, 8, 1, 50, 30, 1, 0},
+	{"phi3-like b6g32 f16", 6, 32, KDT_F16, 192, 2, 6, 6, 32, 256, 1000, 16, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 1.2f, 0},
+	{"b2g32 bf16", 2, 32, KDT_BF16, 128, 2, 4, 2, 32, 256, 1000, 32, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0},
+	{"b5g64 f32", 5, 64, KDT_F32, 256, 2, 4, 2, 64, 512, 1000, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0},
+	{"dense bf16", 0, 0, KDT_BF16, 128, 2, 4, 2, 32, 256, 1000, 32, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0},
+	/* the decode residual fusions: fused qkv on 4 bits; 4-bit o/down or q/k/v/gate/up by layer among 6-bit */
+	{"phi3-like b4g64 bf16", 4, 64, KDT_BF16, 192, 2, 6, 6, 32, 256, 1000, 16, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 1.2f, 0},
+	{"mixed b6/b4 g32 f16", 6, 32, KDT_F16, 256, 3, 8, 2, 32, 512, 1500, 32, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 4},
 };
 
 int main(int argc, char **argv)
@@ -407,6 +415,10 @@ int main(int argc, char **argv)
 	}
 	if (kc_init(0))
 		die("kc_init");
+	if (getenv("RESID_IMPL")) {
+		kc_residual_impl(atoi(getenv("RESID_IMPL")));
+		printf("residual impl %d\n", kc_residual_impl(-1));
+	}
 	for (int i = 1; i < argc; i++)
 		check_fixture(argv[i]);
 	for (size_t i = 0; i < sizeof(synths) / sizeof(synths[0]); i++) {

@@ -357,6 +357,166 @@ static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits,
 	free(x); free(ref); free(up);
 }
 
+/* A yes/no check. */
+static void expect(int ok, const char *name)
+{
+	checks++;
+	if (!ok) {
+		failures++;
+		printf("FAIL %s\n", name);
+	}
+}
+
+/* 1 when n floats at two device addresses hold the same bits. */
+static int same_bits(const float *a, const float *b, size_t n)
+{
+	float *ha = malloc(n * 4), *hb = malloc(n * 4);
+	if (kc_sync() || kc_download(ha, a, n * 4) || kc_download(hb, b, n * 4))
+		die("download");
+	int same = !memcmp(ha, hb, n * 4);
+	free(ha);
+	free(hb);
+	return same;
+}
+
+/* The residual fusions (kcuda.h, "the residual add and the RMSNorm inside
+ * the matvecs") against the CPU, fresh inputs each: x of [-2, 2] times xs
+ * (so 1/rms(x) is far from 1 unless xs is 1), the norm's (w + add_one);
+ *   kc_linear_multi_norm, count 3 (rows, rows/3+1, rows/3+1; bias on 0
+ *     and 2) and count 1: = CPU rmsnorm then matvec; outputs poisoned;
+ *     the count-3 launch twice: bit for bit the same;
+ *   kc_linear_glu_norm (SiLU): gate/up of rows x cols;
+ *   kc_linear_residual: resid (rows + 16 floats, the 16 past the matrix
+ *     must stay as they were) += W x (+ bias on odd rows counts).
+ * rows not a multiple of 16: a partial row tile. */
+static void test_resid_fuse(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int one,
+			    float xs)
+{
+	char tag[80], name[128];
+	snprintf(tag, sizeof(tag), "b%d g%d %s %dx%d one=%d xs=%g mv%d", bits, gs, dtn(sdt), rows, cols, one,
+		 (double)xs, kc_matvec_impl(-1));
+	const int rs[4] = {rows, rows / 3 + 1, rows / 3 + 1, rows};
+	kq_matrix h[4], d[4];
+	const kq_matrix *dp[4];
+	for (int i = 0; i < 4; i++) {
+		h[i] = host_matrix(rs[i], cols, bits, gs, sdt);
+		if (kc_matrix_upload(&h[i], &d[i]))
+			die("matrix upload");
+		dp[i] = &d[i];
+	}
+	snprintf(name, sizeof(name), "kc_fuse_ok %s", tag);
+	expect(kc_fuse_ok(3, dp, KC_FUSE_NORM) && kc_fuse_ok(1, dp, KC_FUSE_ADD), name);
+	float *x = malloc((size_t)cols * 4), *w = malloc((size_t)cols * 4), *xn = malloc((size_t)cols * 4);
+	fill(x, (size_t)cols, -2 * xs, 2 * xs);
+	fill(w, (size_t)cols, one ? -0.3f : 0.7f, one ? 0.3f : 1.3f);
+	R->rmsnorm(x, w, cols, 1e-5f, one, xn);
+	float *dx = dup_dev(x, (size_t)cols), *dw = dup_dev(w, (size_t)cols);
+	const kc_norm nrm = {dw, 1e-5f, one};
+	float *bias[4], *ref[4], *dy[4], *dz[3];
+	const float *db[4];
+	for (int i = 0; i < 4; i++) {
+		bias[i] = malloc((size_t)rs[i] * 4);
+		fill(bias[i], (size_t)rs[i], -1, 1);
+		ref[i] = malloc((size_t)rs[i] * 4);
+		R->matvec(&h[i], xn, i == 1 || i == 3 ? NULL : bias[i], ref[i]);
+		db[i] = i == 1 || i == 3 ? NULL : dup_dev(bias[i], (size_t)rs[i]);
+		dy[i] = dalloc((size_t)rs[i] * 4);
+		poison(dy[i], (size_t)rs[i] * 4);
+		if (i < 3) {
+			dz[i] = dalloc((size_t)rs[i] * 4);
+			kc_memset(dz[i], 0x7f, (size_t)rs[i] * 4);
+		}
+	}
+	/* count 3, twice; count 1 (matrix 3, no bias) */
+	if (kc_linear_multi_norm(3, dp, dx, &nrm, db, dy) || kc_linear_multi_norm(3, dp, dx, &nrm, db, dz) ||
+	    kc_linear_multi_norm(1, dp + 3, dx, &nrm, db + 3, dy + 3))
+		die("kc_linear_multi_norm");
+	for (int i = 0; i < 4; i++) {
+		snprintf(name, sizeof(name), "norm+matvec %s %s", tag, i < 3 ? (i == 0 ? "part 0" : i == 1 ? "part 1" : "part 2") : "alone");
+		compare(name, dy[i], ref[i], (size_t)rs[i], TOL_LINEAR);
+	}
+	int same = 1;
+	for (int i = 0; i < 3; i++)
+		same &= same_bits(dy[i], dz[i], (size_t)rs[i]);
+	snprintf(name, sizeof(name), "norm+matvec %s twice: the same bits", tag);
+	expect(same, name);
+	/* gate/up + GLU: gate = matrix 0, up = matrix 3 */
+	float *g = malloc((size_t)rows * 4), *u = malloc((size_t)rows * 4);
+	R->matvec(&h[0], xn, NULL, g);
+	R->matvec(&h[3], xn, NULL, u);
+	R->glu(g, u, rows, 0);
+	poison(dy[0], (size_t)rows * 4);
+	if (kc_linear_glu_norm(dp[0], dp[3], dx, &nrm, 0, dy[0]))
+		die("kc_linear_glu_norm");
+	snprintf(name, sizeof(name), "norm+matvec+glu %s", tag);
+	compare(name, dy[0], g, (size_t)rows, TOL_LINEAR);
+	/* residual: resid += W x (+ bias), x as it is (not normed) */
+	const int ub = rows & 1;
+	float *r = malloc((size_t)(rows + 16) * 4), *rref = malloc((size_t)(rows + 16) * 4);
+	fill(r, (size_t)rows + 16, -3, 3);
+	R->matvec(&h[0], x, ub ? bias[0] : NULL, rref);
+	for (int i = 0; i < rows; i++)
+		rref[i] += r[i];
+	memcpy(rref + rows, r + rows, 16 * 4);
+	float *dr = dup_dev(r, (size_t)rows + 16);
+	if (kc_linear_residual(dp[0], dx, ub ? db[0] : NULL, dr))
+		die("kc_linear_residual");
+	snprintf(name, sizeof(name), "matvec+residual %s%s", tag, ub ? " +bias" : "");
+	compare(name, dr, rref, (size_t)rows, TOL_LINEAR);
+	float tail[16];
+	if (kc_download(tail, dr + rows, sizeof(tail)))
+		die("download");
+	snprintf(name, sizeof(name), "matvec+residual %s: rows past the matrix untouched", tag);
+	expect(!memcmp(tail, r + rows, sizeof(tail)), name);
+	kc_free(dr);
+	free(r); free(rref); free(g); free(u);
+	for (int i = 0; i < 4; i++) {
+		kc_free(dy[i]);
+		if (i < 3)
+			kc_free(dz[i]);
+		kc_free((void *)db[i]);
+		free(bias[i]);
+		free(ref[i]);
+		kc_matrix_free(&d[i]);
+		host_free(&h[i]);
+	}
+	kc_free(dx); kc_free(dw);
+	free(x); free(w); free(xn);
+}
+
+/* Where the fusions do not apply, kc_fuse_ok says so and the fused calls
+ * refuse (the forward pass then takes the separate launches). */
+static void test_fuse_refusals(void)
+{
+	kq_matrix h4 = host_matrix(64, 256, 4, 64, KDT_F16), h8 = host_matrix(64, 256, 8, 64, KDT_F16);
+	kq_matrix h3 = host_matrix(64, 256, 3, 64, KDT_F16), d4, d8, d3;
+	if (kc_matrix_upload(&h4, &d4) || kc_matrix_upload(&h8, &d8) || kc_matrix_upload(&h3, &d3))
+		die("upload");
+	const kq_matrix *m4[1] = {&d4}, *m3[1] = {&d3}, *mix[2] = {&d4, &d8};
+	float *dx = dalloc(256 * 4), *dy = dalloc(64 * 4);
+	if (kc_memset(dx, 0, 256 * 4))
+		die("memset");
+	const kc_norm nrm = {dx, 1e-5f, 0};
+	float *ys[2] = {dy, dy};
+	expect(kc_fuse_ok(1, m4, KC_FUSE_ADD), "kc_fuse_ok: 4-bit yes");
+	expect(!kc_fuse_ok(1, m3, KC_FUSE_NORM), "kc_fuse_ok: 3-bit (SIMT matvec) no");
+	expect(!kc_fuse_ok(2, mix, KC_FUSE_NORM), "kc_fuse_ok: 4- and 8-bit together no");
+	expect(kc_linear_residual(&d3, dx, NULL, dy) == -1, "kc_linear_residual refuses a 3-bit matrix");
+	expect(kc_linear_multi_norm(2, mix, dx, &nrm, NULL, ys) == -1, "kc_linear_multi_norm refuses mixed bits");
+	expect(kc_linear_glu_norm(&d3, &d3, dx, &nrm, 0, dy) == -1, "kc_linear_glu_norm refuses 3-bit");
+	kc_matvec_impl(1);
+	expect(!kc_fuse_ok(1, m4, KC_FUSE_ADD), "kc_fuse_ok under kc_matvec_impl(1) no");
+	kc_matvec_impl(0);
+	kc_residual_impl(1);
+	expect(!kc_fuse_ok(1, m4, KC_FUSE_ADD), "kc_fuse_ok under kc_residual_impl(1) no");
+	expect(kc_linear_residual(&d4, dx, NULL, dy) == -1, "kc_linear_residual under kc_residual_impl(1) refuses");
+	kc_residual_impl(0);
+	expect(kc_sync() == 0, "refusals left no launch error");
+	kc_free(dx); kc_free(dy);
+	kc_matrix_free(&d4); kc_matrix_free(&d8); kc_matrix_free(&d3);
+	host_free(&h4); host_free(&h8); host_free(&h3);
+}
+
 static void test_norms(const kernel_table *R)
 {
 	int rows = 3, n = 1000;
@@ -616,6 +776,24 @@ int main(int argc, char **argv)
 		test_linear_glu(R, 32800, 256, 4, 32, KDT_BF16, 0);
 		test_linear_glu(R, 8200, 512, 8, 64, KDT_F32, 1);
 	}
+	/* the residual fusions: every bits x group x scale dtype they take
+	 * (rows 200 and 77: partial row tiles; a partial last block of 512
+	 * columns), x large and small, (1 + w); real widths (the 8B hidden
+	 * 4096, the down projection's 14336); lm_head-like launches (many
+	 * tiles per block; k_matvec_wt under impl 3) */
+	for (int bi = 0; bi < 2; bi++)
+		for (int gi = 0; gi < 3; gi++)
+			for (int dt = 0; dt < KDT_COUNT; dt++)
+				test_resid_fuse(R, bi ? 77 : 200, 1536 + groups[gi], 4 + 4 * bi, groups[gi], (kdtype)dt,
+						(gi + dt) & 1, dt == 0 ? 1.0f : dt == 1 ? 100.0f : 1e-3f);
+	test_resid_fuse(R, 300, 4096, 4, 64, KDT_F16, 0, 1.0f);
+	test_resid_fuse(R, 130, 14336, 4, 64, KDT_BF16, 1, 3.0f);
+	test_resid_fuse(R, 64, 2048, 8, 128, KDT_F32, 0, 0.5f);
+	for (int impl = 3; impl >= 0; impl -= 3) {
+		kc_matvec_impl(impl);
+		test_resid_fuse(R, 100003, 256, 4, 64, KDT_F16, 0, 1.0f);
+	}
+	test_fuse_refusals();
 	/* the SIMT matvec, which the tensor-core kernel replaced for 4 and 8 bits */
 	kc_matvec_impl(1);
 	for (int bi = 2; bi < 6; bi += 3)
