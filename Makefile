@@ -112,6 +112,9 @@ stepbench: $(BUILD)/stepbench
 	$(BUILD)/stepbench -s smollm2-135m && $(BUILD)/stepbench -s llama3.2-1b -r 7
 $(BUILD)/stepbench: $(BUILD)/obj/bench/stepbench.o $(BUILD)/libmlxr.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# One sampler_pick on a 128K vocabulary per parameter set (not a test).
+$(BUILD)/sampler-bench: $(BUILD)/obj/bench/sampler_bench.o $(BUILD)/libmlxr.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 # mlxr against llama.cpp and mlx-lm on the same shapes, bits and machine
 # (bench/run.py; not a test). BENCH_ARGS="--shapes llama3.2-1b --bits 4",
 # "--quick" for the smallest shape in one round.

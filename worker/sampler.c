@@ -1,9 +1,21 @@
-/* worker/sampler.c — see sampler.h. */
+/* worker/sampler.c — see sampler.h (the canonical definition) and
+ * sample_math.h (its arithmetic).
+ *
+ * Speed on a 128,256-entry vocabulary (v1 picked top-k with k passes over
+ * the vocabulary, or qsort of all of it; numbers in the commit that
+ * replaced it): top-k is one pass with a k-entry min-heap of
+ * (key << 32 | ~index), then a sort of the k; no truncation needs no
+ * sort at all (the draw walks index order); top-p / min-p without top-k
+ * sort only a prefix of the order: the candidates with e >= a threshold
+ * (min_p * e_0, or a weight below which a histogram says the top-p mass
+ * is already reached), checked exactly afterwards, a full sort if not. */
 #include "worker/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "worker/sample_math.h"
 
 void sampler_defaults(sampler_params *p)
 {
@@ -27,7 +39,9 @@ int sampler_init(sampler *s, int vocab, const sampler_params *p)
 	s->idx = malloc(sizeof(int) * (size_t)vocab);
 	s->prob = malloc(sizeof(float) * (size_t)vocab);
 	s->count = calloc((size_t)vocab, sizeof(int));
-	if (!s->idx || !s->prob || !s->count) {
+	s->cand = malloc(sizeof(uint64_t) * (size_t)vocab);
+	s->cum = malloc(sizeof(float) * (size_t)vocab);
+	if (!s->idx || !s->prob || !s->count || !s->cand || !s->cum) {
 		sampler_free(s);
 		return -1;
 	}
@@ -39,33 +53,196 @@ void sampler_free(sampler *s)
 	free(s->idx);
 	free(s->prob);
 	free(s->count);
+	free(s->cand);
+	free(s->cum);
 	memset(s, 0, sizeof(*s));
-}
-
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
 }
 
 int sampler_argmax(const float *l, int n)
 {
 	int best = 0;
+	float bv = l[0];
 	for (int i = 1; i < n; i++)
-		if (l[i] > l[best])
+		if (l[i] > bv || (bv != bv && l[i] == l[i])) { /* NaN never wins */
 			best = i;
+			bv = l[i];
+		}
 	return best;
 }
 
-static const float *cmp_base;
-static int cmp_desc(const void *a, const void *b)
+int sampler_penalized(const sampler_params *p)
 {
-	float x = cmp_base[*(const int *)a], y = cmp_base[*(const int *)b];
-	if (x != y)
-		return x < y ? 1 : -1;
-	return *(const int *)a - *(const int *)b;
+	return p->repeat_last_n > 0 && ((p->repeat_penalty > 0 && p->repeat_penalty != 1.0f) ||
+					p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+}
+
+int sampler_path(const sampler_params *p, int vocab)
+{
+	if (p->temperature <= 0.0f)
+		return SAMPLER_GREEDY;
+	if (p->top_k > 0 && p->top_k < vocab)
+		return SAMPLER_TOPK;
+	if ((p->top_p > 0 && p->top_p < 1.0f) || p->min_p > 0)
+		return SAMPLER_SORTED;
+	return SAMPLER_ALL;
+}
+
+static uint64_t cand_of(const float *l, int i)
+{
+	return (uint64_t)sm_key(l[i]) << 32 | (uint32_t)~(uint32_t)i;
+}
+
+static int cand_idx(uint64_t c)
+{
+	return (int)~(uint32_t)c;
+}
+
+static int cmp_cand_desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* cum[i] for w[0..n) in walk order (sample_math.h); returns cum[n-1]. */
+static float chunked_cum(const float *w, int n, float *cum)
+{
+	float S = 0.0f;
+	for (int c0 = 0; c0 < n; c0 += SM_CHUNK) {
+		int c1 = n - c0 < SM_CHUNK ? n : c0 + SM_CHUNK;
+		float acc = 0.0f;
+		for (int i = c0; i < c1; i++) {
+			acc = SM_ADD(acc, w[i]);
+			cum[i] = SM_ADD(S, acc);
+		}
+		S = SM_ADD(S, acc);
+	}
+	return S;
+}
+
+/* first i in [0, n) with cum[i] >= t (or > t if strict); n if none.
+ * cum is non-decreasing (sums of non-negative weights, rounding is
+ * monotone), so a binary search finds the first. */
+static int first_reaching(const float *cum, int n, float t, int strict)
+{
+	int lo = 0, hi = n;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (strict ? t < cum[mid] : cum[mid] >= t)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+/* top-p, min-p and the draw over walk positions [0, n): weights w, their
+ * chunked prefix sums cum, normaliser Z. walk NULL: index order. */
+static int finish(const sampler_params *p, const int *walk, const float *w, const float *cum, int n, float Z,
+		  uint64_t bits, int argmax)
+{
+	int m = n;
+	if (p->top_p > 0 && p->top_p < 1.0f) {
+		int i = first_reaching(cum, n, SM_MUL(p->top_p, Z), 0);
+		if (i < n)
+			m = i + 1;
+	}
+	if (p->min_p > 0) {
+		float lim = SM_MUL(p->min_p, w[0]);
+		int j = 1;
+		while (j < m && w[j] >= lim)
+			j++;
+		m = j;
+	}
+	float total = cum[m - 1];
+	if (!(total > 0.0f))
+		return argmax;
+	int i = first_reaching(cum, m, sm_draw_point(bits, total), 1);
+	if (i >= m) /* cannot happen: the point lies below cum[m-1] */
+		i = m - 1;
+	return walk ? walk[i] : i;
+}
+
+/* The k largest candidates, in walk order, into s->cand[0..k). */
+static void select_topk(sampler *s, const float *l, int k)
+{
+	uint64_t *h = s->cand;
+	int V = s->vocab;
+	for (int i = 0; i < k; i++)
+		h[i] = cand_of(l, i);
+	qsort(h, (size_t)k, sizeof(uint64_t), cmp_cand_desc);
+	/* h sorted descending is a min-heap read from the end: turn it around
+	 * so that h[0] is the smallest */
+	for (int i = 0, j = k - 1; i < j; i++, j--) {
+		uint64_t t = h[i];
+		h[i] = h[j];
+		h[j] = t;
+	}
+	/* lo: the root's logit as a float (-inf for NaN, whose key is the
+	 * lowest): a logit below it cannot enter, one compare per entry */
+	float lo = (uint32_t)(h[0] >> 32) ? l[cand_idx(h[0])] : -INFINITY;
+	for (int i = k; i < V; i++) {
+		if (!(l[i] >= lo))
+			continue;
+		uint64_t c = cand_of(l, i);
+		if (c <= h[0])
+			continue;
+		int at = 0; /* sift c down from the root */
+		for (;;) {
+			int a = 2 * at + 1, b = a + 1, m = at;
+			uint64_t mv = c;
+			if (a < k && h[a] < mv) {
+				m = a;
+				mv = h[a];
+			}
+			if (b < k && h[b] < mv)
+				m = b;
+			if (m == at)
+				break;
+			h[at] = h[m];
+			at = m;
+		}
+		h[at] = c;
+		lo = (uint32_t)(h[0] >> 32) ? l[cand_idx(h[0])] : -INFINITY;
+	}
+	qsort(h, (size_t)k, sizeof(uint64_t), cmp_cand_desc);
+}
+
+/* Sorted path: the prefix of the (key desc, index asc) order whose weights
+ * are >= thr, into s->idx[0..m) and their weights into w[0..m); returns m. */
+static int sorted_prefix(sampler *s, const float *e, const float *l, float thr, float *w)
+{
+	int m = 0;
+	for (int i = 0; i < s->vocab; i++)
+		if (e[i] >= thr)
+			s->cand[m++] = cand_of(l, i);
+	qsort(s->cand, (size_t)m, sizeof(uint64_t), cmp_cand_desc);
+	for (int i = 0; i < m; i++) {
+		s->idx[i] = cand_idx(s->cand[i]);
+		w[i] = e[s->idx[i]];
+	}
+	return m;
+}
+
+/* A weight threshold whose candidate set most likely holds the top-p cut:
+ * a histogram of the weights by their top 12 bits (sign, exponent, 3
+ * mantissa bits), summed in double from the largest bin down to where it
+ * passes top_p * Z with a margin far above the float sums' rounding. */
+#define HBINS 1024
+static float topp_threshold(const float *e, int V, double target)
+{
+	static _Thread_local double mass[HBINS];
+	memset(mass, 0, sizeof(mass));
+	for (int i = 0; i < V; i++) {
+		uint32_t b = sm_f2u(e[i]) >> 20; /* e in [0, 1]: b <= 0x3f8 */
+		mass[b < HBINS ? b : HBINS - 1] += e[i];
+	}
+	double acc = 0;
+	for (int b = HBINS - 1; b > 0; b--) {
+		acc += mass[b];
+		if (acc >= target * (1.0 + 1e-3))
+			return sm_u2f((uint32_t)b << 20);
+	}
+	return 0.0f;
 }
 
 int sampler_pick(sampler *s, float *l, const int *hist, size_t nhist)
@@ -73,9 +250,9 @@ int sampler_pick(sampler *s, float *l, const int *hist, size_t nhist)
 	const sampler_params *p = &s->p;
 	int V = s->vocab;
 	/* Penalties over the last repeat_last_n tokens. */
-	int win = p->repeat_last_n > 0 ? p->repeat_last_n : 0;
-	size_t start = nhist > (size_t)win ? nhist - (size_t)win : 0;
-	if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
+	if (sampler_penalized(p)) {
+		size_t win = (size_t)p->repeat_last_n;
+		size_t start = nhist > win ? nhist - win : 0;
 		for (size_t i = start; i < nhist; i++)
 			if (hist[i] >= 0 && hist[i] < V)
 				s->count[hist[i]]++;
@@ -83,70 +260,55 @@ int sampler_pick(sampler *s, float *l, const int *hist, size_t nhist)
 			int t = hist[i];
 			if (t < 0 || t >= V || s->count[t] == 0)
 				continue;
-			if (p->repeat_penalty > 0 && p->repeat_penalty != 1.0f)
-				l[t] = l[t] > 0 ? l[t] / p->repeat_penalty : l[t] * p->repeat_penalty;
-			l[t] -= p->presence_penalty + p->frequency_penalty * (float)s->count[t];
+			l[t] = sm_penalize(l[t], s->count[t], p->repeat_penalty, p->presence_penalty,
+					   p->frequency_penalty);
 			s->count[t] = 0; /* applied once per distinct token */
 		}
 	}
-	if (p->temperature <= 0.0f)
+	int path = sampler_path(p, V);
+	if (path == SAMPLER_GREEDY)
 		return sampler_argmax(l, V);
-	/* Candidates sorted by logit: top-k bounds the sort when set. */
-	int n = V;
-	for (int i = 0; i < V; i++)
-		s->idx[i] = i;
-	cmp_base = l;
-	if (p->top_k > 0 && p->top_k < V) {
-		/* Partial selection: keep the k largest, then sort them. */
+	uint64_t bits = sm_splitmix(&s->rng);
+	const float T = p->temperature;
+	if (path == SAMPLER_TOPK) {
 		int k = p->top_k;
-		for (int i = 0; i < k; i++) {
-			int best = i;
-			if (k > 64)
-				break;
-			for (int j = i + 1; j < V; j++)
-				if (l[s->idx[j]] > l[s->idx[best]])
-					best = j;
-			int t = s->idx[i]; s->idx[i] = s->idx[best]; s->idx[best] = t;
-		}
-		if (k > 64)
-			qsort(s->idx, (size_t)V, sizeof(int), cmp_desc);
-		n = k;
-	} else {
-		qsort(s->idx, (size_t)V, sizeof(int), cmp_desc);
+		select_topk(s, l, k);
+		for (int i = 0; i < k; i++)
+			s->idx[i] = cand_idx(s->cand[i]);
+		float mx = l[s->idx[0]];
+		for (int i = 0; i < k; i++)
+			s->prob[i] = sm_exp(sm_arg(l[s->idx[i]], mx, T));
+		float Z = chunked_cum(s->prob, k, s->cum);
+		return finish(p, s->idx, s->prob, s->cum, k, Z, bits, s->idx[0]);
 	}
-	float mx = l[s->idx[0]], sum = 0;
-	for (int i = 0; i < n; i++) {
-		s->prob[i] = expf((l[s->idx[i]] - mx) / p->temperature);
-		sum += s->prob[i];
-	}
-	for (int i = 0; i < n; i++)
-		s->prob[i] /= sum;
-	if (p->top_p > 0 && p->top_p < 1.0f) {
-		float c = 0;
-		for (int i = 0; i < n; i++) {
-			c += s->prob[i];
-			if (c >= p->top_p) {
-				n = i + 1;
-				break;
-			}
-		}
-	}
+	/* The whole vocabulary: weights in index order, Z in index order. */
+	int am = sampler_argmax(l, V);
+	float mx = l[am];
+	for (int i = 0; i < V; i++)
+		s->prob[i] = sm_exp(sm_arg(l[i], mx, T));
+	float Z = chunked_cum(s->prob, V, s->cum);
+	if (path == SAMPLER_ALL)
+		return finish(p, NULL, s->prob, s->cum, V, Z, bits, am);
+	/* SAMPLER_SORTED: sort only the prefix of the order that holds the
+	 * cut. min-p keeps exactly the positions with e >= min_p * e_0 (and
+	 * position 0); for top-p alone a histogram guesses a weight threshold
+	 * and the exact sums over the prefix confirm it, else everything is
+	 * sorted. Buffers: e in s->prob (index order); the prefix's weights
+	 * go to s->cum and their sums to s->prob. */
+	float tp = SM_MUL(p->top_p, Z), thr;
 	if (p->min_p > 0) {
-		float lim = s->prob[0] * p->min_p;
-		int m = 1;
-		while (m < n && s->prob[m] >= lim)
-			m++;
-		n = m;
+		float lim = SM_MUL(p->min_p, s->prob[am]);
+		thr = lim < s->prob[am] ? lim : s->prob[am];
+	} else {
+		thr = topp_threshold(s->prob, V, (double)tp);
 	}
-	sum = 0;
-	for (int i = 0; i < n; i++)
-		sum += s->prob[i];
-	double r = (double)(splitmix(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
-	double c = 0;
-	for (int i = 0; i < n; i++) {
-		c += s->prob[i];
-		if (r < c)
-			return s->idx[i];
+	for (;;) {
+		int m = sorted_prefix(s, s->prob, l, thr, s->cum);
+		chunked_cum(s->cum, m, s->prob);
+		if (p->min_p > 0 || thr <= 0.0f || m == V || s->prob[m - 1] >= tp)
+			return finish(p, s->idx, s->cum, s->prob, m, Z, bits, am);
+		for (int i = 0; i < V; i++) /* the histogram's margin was not enough (rare) */
+			s->prob[i] = sm_exp(sm_arg(l[i], mx, T));
+		thr = 0.0f;
 	}
-	return s->idx[n - 1];
 }
