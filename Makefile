@@ -155,10 +155,12 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=c
 ifneq ($(NVCC),)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS  = -O3 -std=c++17 -I. $(CUDA_ARCH) -Xcompiler -Wall,-Wextra $(if $(WERROR),-Werror all-warnings)
-CUDA_OBJ   = $(BUILD)/obj/kernels/cuda/kcuda.o
+KCUDA_OBJ  = $(BUILD)/obj/kernels/cuda/kcuda.o
+KSAMPLE_OBJ = $(BUILD)/obj/kernels/cuda/ksample.o
+CUDA_OBJ   = $(KCUDA_OBJ) $(KSAMPLE_OBJ)
 CUDA_LDLIBS = -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 CUDA_TESTS = $(BUILD)/cuda-tests/test_cuda_kernels $(BUILD)/cuda-tests/test_cuda_forward \
-	$(BUILD)/cuda-tests/test_gpu_sandbox
+	$(BUILD)/cuda-tests/test_gpu_sandbox $(BUILD)/cuda-tests/test_cuda_sample
 CUDA_BINS  = $(CUDA_TESTS) $(BUILD)/cuda-bench
 all: $(CUDA_BINS)
 # The worker runs models on the GPU (worker/session_cuda.c, referenced
@@ -166,7 +168,10 @@ all: $(CUDA_BINS)
 $(BUILD)/obj/worker/worker_main.o: CFLAGS += -DMLXR_CUDA
 $(BUILD)/mlxr-worker: $(CUDA_OBJ)
 $(BUILD)/mlxr-worker: LDLIBS += $(CUDA_LDLIBS)
-$(CUDA_OBJ): kernels/cuda/kcuda.cu kernels/cuda/kcuda.h kernels/kernels.h
+$(KCUDA_OBJ): kernels/cuda/kcuda.cu kernels/cuda/kcuda.h kernels/kernels.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(KSAMPLE_OBJ): kernels/cuda/ksample.cu kernels/cuda/ksample.h worker/sample_math.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 # --as-needed: these binaries use neither libedit nor libsodium.
@@ -183,6 +188,7 @@ cuda-test: $(CUDA_BINS)
 	@test -n "$(NVCC)" || { echo "cuda-test: no nvcc" >&2; exit 2; }
 	$(BUILD)/cuda-tests/test_cuda_kernels
 	$(BUILD)/cuda-tests/test_cuda_forward $(CUDA_FIXTURES)
+	$(BUILD)/cuda-tests/test_cuda_sample
 cuda-bench: $(CUDA_BINS)
 	@test -n "$(NVCC)" || { echo "cuda-bench: no nvcc" >&2; exit 2; }
 	$(BUILD)/cuda-bench

@@ -93,5 +93,12 @@ int gpu_greedy_queue(const gpu_model *g, gpu_state *s);
 /* The token that the step queued for position pos chose (waits for that
  * step only). */
 int gpu_greedy_token(gpu_state *s, int pos, int *tok);
+/* One decode step whose token something else on the device (the sampler,
+ * kernels/cuda/ksample.h) has written to d_next and d_hist[s->pos]:
+ * queues the copy of that token to the slot gpu_greedy_token reads, then
+ * the forward pass of d_next at s->pos (a graph captured on first use into
+ * *graph, which the caller frees with kc_graph_free); s->pos += 1.
+ * Returns 0, or -1 (context full, CUDA error). */
+int gpu_token_queue(const gpu_model *g, gpu_state *s, kc_graph **graph);
 
 #endif

@@ -352,18 +352,30 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 	s->st.pos = (int)keep;
 	stats->prompt_tokens = n;
 	stats->prefilled = n - keep;
-	/* Greedy without penalties on a GPU: the token is chosen on the
-	 * device and the next step is queued before it is read back (two
-	 * steps in flight); the logits never leave the device. Every other
-	 * sampler setting copies the last logits row back and uses
-	 * sampler_pick, as on the CPU. */
+	/* On a GPU the token is chosen on the device and the next step is
+	 * queued before it is read back (two steps in flight); the logits
+	 * never leave the device. Greedy without penalties: the argmax inside
+	 * the captured step (dev_greedy). Every other setting the device
+	 * sampler covers (sample_begin; the same token as sampler_pick):
+	 * dev_sample, whose queueing waits for the step before (the sampler
+	 * runs on a stream of its own). The rest copies the last logits row
+	 * back and uses sampler_pick, as on the CPU. MLXR_GPU_SAMPLE=0 turns
+	 * the device sampler off (comparisons). */
 	const sampler_params *sp = &p->sp;
-	int dev_greedy = s->gpu && sp->temperature <= 0.0f &&
-			 (sp->repeat_penalty == 1.0f || sp->repeat_penalty <= 0.0f || sp->repeat_last_n <= 0) &&
-			 sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
+	int dev_greedy = s->gpu && sp->temperature <= 0.0f && !sampler_penalized(sp);
+	int dev_sample = 0;
+	const char *gs = getenv("MLXR_GPU_SAMPLE");
+	if (s->gpu && !dev_greedy && s->gpu->sample_begin && !(gs && gs[0] == '0')) {
+		dev_sample = s->gpu->sample_begin(s, sp, smp.rng, ids, n);
+		if (dev_sample < 0) {
+			snprintf(err, errlen, "forward pass failed (GPU sampler)");
+			goto out;
+		}
+	}
+	const int dev = dev_greedy || dev_sample;
 	for (size_t done = keep; done < n;) {
 		size_t step = n - done < (size_t)s->st.max_batch ? n - done : (size_t)s->st.max_batch;
-		int copy = !dev_greedy || done + step < n;
+		int copy = !dev || done + step < n;
 		if (s->gpu ? s->gpu->forward(s, ids + done, (int)step, 0, copy)
 			   : model_forward(&s->m, &s->st, ids + done, (int)step, 0)) {
 			snprintf(err, errlen, "forward pass failed");
@@ -381,16 +393,16 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 	double t1 = session_now();
 	stats->prefill_s = t1 - t0;
 	float *logits = s->st.logits;
-	const int base = s->st.pos; /* dev_greedy: position of the first generated token */
+	const int base = s->st.pos; /* dev: position of the first generated token */
 	int queued = 0, accepted = 0;
 	for (int k = 0;; k++) {
 		int tok;
-		if (dev_greedy) {
+		if (dev) {
 			/* step j picks the token at base + j and runs its forward;
 			 * it is queued only where the CPU loop would run it too */
 			while (queued < k + 2 && base + queued < s->st.ctx &&
 			       (p->max_tokens <= 0 || queued < p->max_tokens)) {
-				if (s->gpu->greedy_queue(s))
+				if (dev_greedy ? s->gpu->greedy_queue(s) : s->gpu->sample_queue(s))
 					goto gpu_fail;
 				queued++;
 			}
@@ -433,12 +445,12 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 			stats->stop_reason = 4;
 			break;
 		}
-		int at = dev_greedy ? base + k : s->st.pos;
+		int at = dev ? base + k : s->st.pos;
 		if (at + 1 >= s->st.ctx) {
 			stats->stop_reason = 3;
 			break;
 		}
-		if (dev_greedy) { /* its forward already ran on the device */
+		if (dev) { /* its forward already ran on the device */
 			s->cache_ids[at] = tok;
 			accepted++;
 			continue;
@@ -459,7 +471,7 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 done:
 	/* The device ran one or two steps ahead: the cache keeps the tokens
 	 * the loop accepted (what the CPU path would hold). */
-	if (dev_greedy && s->gpu->set_pos(s, base + accepted)) {
+	if (dev && s->gpu->set_pos(s, base + accepted)) {
 	gpu_fail:
 		snprintf(err, errlen, "forward pass failed (GPU)");
 		s->st.pos = 0;

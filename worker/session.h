@@ -60,6 +60,14 @@ typedef struct session_gpu {
 	 * forward_cuda.h gpu_greedy_queue), then its token. */
 	int (*greedy_queue)(session *s);
 	int (*greedy_token)(session *s, int pos, int *tok);
+	/* Token selection on the device for every other sampler setting it
+	 * covers: sample_begin returns 1 after taking the parameters, the
+	 * sampler's rng state and the prompt ids (the penalties' history), 0
+	 * if the CPU sampler must run instead, -1 on a device error;
+	 * sample_queue then queues one step as greedy_queue does (its token
+	 * read with greedy_token); the same token as sampler_pick. */
+	int (*sample_begin)(session *s, const sampler_params *p, uint64_t rng, const int *ids, size_t n);
+	int (*sample_queue)(session *s);
 	/* Sets the cache position (drops what lies after it). */
 	int (*set_pos)(session *s, int pos);
 	int (*bench)(session *s, const wc_bench_req *r, wc_bench_res *out, char *err, size_t errlen);

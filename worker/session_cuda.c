@@ -5,7 +5,8 @@
  *
  * Everything the device needs is made in open(): the weights, the KV cache
  * and scratch, the pinned token slots, and one warm-up pass through every
- * path (batched prefill, single-token forward, the captured greedy step),
+ * path (batched prefill, single-token forward, the captured greedy step,
+ * the device sampler and the captured forward of its token),
  * so that no module load, graph instantiation or allocation is left for
  * after the worker's seccomp filter (applied once LOAD is answered) — the
  * bench's bandwidth buffer is the one allocation made later. */
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/ksample.h"
 #include "worker/forward_cuda.h"
 #include "worker/session.h"
 #include "worker/session_cuda.h"
@@ -20,6 +22,8 @@
 typedef struct {
 	gpu_model g;
 	gpu_state st;
+	ks_sampler ks;      /* token selection on the device (sampled steps) */
+	kc_graph *tok_step; /* forward of the sampler's token (gpu_token_queue) */
 } cu_handle;
 
 static void cu_close(session *s)
@@ -27,6 +31,8 @@ static void cu_close(session *s)
 	cu_handle *h = s->gh;
 	if (!h)
 		return;
+	kc_graph_free(h->tok_step);
+	ks_free(&h->ks);
 	gpu_state_free(&h->st);
 	gpu_model_free(&h->g);
 	free(h);
@@ -66,11 +72,31 @@ static int cu_open(session *s, int ctx, char *err, size_t errlen)
 		return -1;
 	}
 	s->gh = h;
-	/* Warm-up: batched prefill, single-token forward, greedy capture. */
+	if (ks_init(&h->ks, c->vocab)) {
+		snprintf(err, errlen, "cuda: the device sampler: %s", ks_error());
+		cu_close(s);
+		return -1;
+	}
+	/* Warm-up: batched prefill, single-token forward, greedy capture, a
+	 * top-k draw with penalties and the capture of its token's forward. */
 	int ids[4] = { 0, 1 % c->vocab, 2 % c->vocab, 3 % c->vocab }, t;
+	ks_params kp = { .mode = c->vocab > 1 ? KS_TOPK : KS_GREEDY, .top_k = c->vocab > 40 ? 40 : c->vocab - 1,
+			 .temperature = 1.0f, .top_p = 0.9f, .penalize = 1, .repeat_last_n = 4,
+			 .repeat_penalty = 1.1f };
 	if (ctx >= 8 && (gpu_forward(&h->g, &h->st, ids, 3, 0) || gpu_forward(&h->g, &h->st, ids + 3, 1, 0) ||
 			 gpu_greedy_queue(&h->g, &h->st) || gpu_greedy_token(&h->st, h->st.pos - 1, &t) ||
 			 gpu_logits(&h->g, &h->st, s->st.logits, 1))) {
+		snprintf(err, errlen, "cuda: warm-up pass: %s", kc_error());
+		cu_close(s);
+		return -1;
+	}
+	if (ctx >= 8 && (ks_set(&h->ks, &kp) ||
+			 ks_sample(&h->ks, h->st.logits, h->st.d_pos, h->st.d_hist, h->st.d_next, 0))) {
+		snprintf(err, errlen, "cuda: warm-up of the device sampler: %s", ks_error());
+		cu_close(s);
+		return -1;
+	}
+	if (ctx >= 8 && (gpu_token_queue(&h->g, &h->st, &h->tok_step) || gpu_greedy_token(&h->st, h->st.pos - 1, &t))) {
 		snprintf(err, errlen, "cuda: warm-up pass: %s", kc_error());
 		cu_close(s);
 		return -1;
@@ -108,6 +134,62 @@ static int cu_greedy_token(session *s, int pos, int *tok)
 {
 	cu_handle *h = s->gh;
 	return gpu_greedy_token(&h->st, pos, tok);
+}
+
+/* The device sampler covers greedy with penalties, top-k up to KS_MAX_K
+ * (with top-p, min-p, penalties) and no truncation up to KS_MAX_ALL
+ * entries; top-p / min-p without top-k (a sort of the whole vocabulary)
+ * and larger k stay on the CPU (returns 0). */
+static int cu_sample_begin(session *s, const sampler_params *p, uint64_t rng, const int *ids, size_t n)
+{
+	cu_handle *h = s->gh;
+	int V = s->m.cfg.vocab;
+	ks_params k = { 0 };
+	switch (sampler_path(p, V)) {
+	case SAMPLER_GREEDY:
+		k.mode = KS_GREEDY;
+		break;
+	case SAMPLER_TOPK:
+		if (p->top_k > KS_MAX_K)
+			return 0;
+		k.mode = KS_TOPK;
+		break;
+	case SAMPLER_ALL:
+		if (V > KS_MAX_ALL)
+			return 0;
+		k.mode = KS_ALL;
+		break;
+	default:
+		return 0;
+	}
+	if (n > (size_t)h->st.ctx)
+		return 0;
+	k.top_k = p->top_k;
+	k.temperature = p->temperature;
+	k.top_p = p->top_p;
+	k.min_p = p->min_p;
+	k.penalize = sampler_penalized(p);
+	k.repeat_last_n = p->repeat_last_n;
+	k.repeat_penalty = p->repeat_penalty;
+	k.presence_penalty = p->presence_penalty;
+	k.frequency_penalty = p->frequency_penalty;
+	k.rng = rng;
+	if (ks_set(&h->ks, &k) || (n && kc_upload(h->st.d_hist, ids, n * sizeof(int))))
+		return -1;
+	return 1;
+}
+
+/* Waits for the queued steps (the logits must be complete: the sampler
+ * runs on its own stream, kcuda.h has no accessor for the kc stream), picks
+ * the token on the device, queues its forward pass. */
+static int cu_sample_queue(session *s)
+{
+	cu_handle *h = s->gh;
+	if (h->st.pos + 1 > h->st.ctx || kc_sync())
+		return -1;
+	if (ks_sample(&h->ks, h->st.logits, h->st.d_pos, h->st.d_hist, h->st.d_next, 0))
+		return -1;
+	return gpu_token_queue(&h->g, &h->st, &h->tok_step);
 }
 
 static int cu_set_pos(session *s, int pos)
@@ -186,7 +268,8 @@ out:
 }
 
 const session_gpu session_cuda = {
-	cu_open, cu_close, cu_forward, cu_greedy_queue, cu_greedy_token, cu_set_pos, cu_bench,
+	cu_open, cu_close, cu_forward, cu_greedy_queue, cu_greedy_token, cu_sample_begin, cu_sample_queue, cu_set_pos,
+	cu_bench,
 };
 
 int session_cuda_init(char *err, size_t errlen)

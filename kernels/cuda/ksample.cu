@@ -1,0 +1,416 @@
+/* kernels/cuda/ksample.cu — see ksample.h. Every weight, sum and draw is
+ * computed as worker/sampler.c computes it (worker/sample_math.h, the
+ * same summation order), so the token is the CPU's, not merely close. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+extern "C" {
+#include "kernels/cuda/ksample.h"
+}
+#include "worker/sample_math.h"
+
+#define KS_THREADS 1024
+#define KS_SORT 4096 /* >= KS_MAX_K + KS_TIES, a power of two */
+
+static char g_err[256];
+
+static int fail(const char *what, cudaError_t e)
+{
+	snprintf(g_err, sizeof(g_err), "%s: %s", what, cudaGetErrorString(e));
+	return -1;
+}
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) return fail(#call, e_); } while (0)
+
+extern "C" const char *ks_error(void) { return g_err; }
+
+static __device__ __forceinline__ uint64_t cand_of(uint32_t key, int i)
+{
+	return (uint64_t)key << 32 | (uint32_t)~(uint32_t)i;
+}
+
+static __device__ __forceinline__ int cand_idx(uint64_t c)
+{
+	return (int)~(uint32_t)c;
+}
+
+/* block-wide max of v; every thread gets it. red: [32] shared. */
+static __device__ uint64_t block_max_u64(uint64_t v, uint64_t *red)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		uint64_t w = __shfl_xor_sync(0xffffffffu, v, o);
+		v = w > v ? w : v;
+	}
+	__syncthreads(); /* red may still be read from a previous call */
+	if (lane == 0)
+		red[warp] = v;
+	__syncthreads();
+	v = red[0];
+	for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+		v = red[w] > v ? red[w] : v;
+	return v;
+}
+
+/* argmax by (key desc, index asc) over logits[V] as a candidate word */
+static __device__ uint64_t block_argmax(const float *l, int V, uint64_t *red)
+{
+	uint64_t best = 0;
+	for (int i = threadIdx.x; i < V; i += blockDim.x) {
+		uint64_t c = cand_of(sm_key(l[i]), i);
+		best = c > best ? c : best;
+	}
+	return block_max_u64(best, red);
+}
+
+/* chunked prefix sums (sample_math.h) of w[0..n) in place into cum[0..n),
+ * n <= 4 * SM_CHUNK here; returns nothing, cum complete after the call. */
+static __device__ void small_cum(const float *w, float *cum, int n, float *S)
+{
+	const int nch = (n + SM_CHUNK - 1) / SM_CHUNK;
+	if ((int)threadIdx.x < nch) {
+		int c0 = threadIdx.x * SM_CHUNK, c1 = min(n, c0 + SM_CHUNK);
+		float acc = 0.0f;
+		for (int i = c0; i < c1; i++) {
+			acc = SM_ADD(acc, w[i]);
+			cum[i] = acc;
+		}
+		S[threadIdx.x + 1] = acc; /* the chunk's sum for now */
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		S[0] = 0.0f;
+		for (int c = 0; c < nch; c++)
+			S[c + 1] = SM_ADD(S[c], S[c + 1]);
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		cum[i] = SM_ADD(S[i / SM_CHUNK], cum[i]);
+	__syncthreads();
+}
+
+__global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, int V, const int *d_pos, int *hist,
+						       int *next, int *cnt, float *wbuf, int dry)
+{
+	__shared__ ks_params p;
+	__shared__ uint64_t cand[KS_SORT];
+	__shared__ float w[KS_MAX_K], cum[KS_MAX_K];
+	__shared__ float S[KS_MAX_ALL / SM_CHUNK + 1];
+	__shared__ unsigned hcount[256];
+	__shared__ uint64_t red[32];
+	__shared__ int s_a, s_b, s_c;
+	__shared__ uint64_t s_bits;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, bd = blockDim.x;
+	if (dry)
+		return;
+	if (tid == 0) {
+		p = *P;
+		if (p.mode != KS_GREEDY) { /* one draw per pick, as sampler_pick */
+			s_bits = sm_splitmix(&p.rng);
+			P->rng = p.rng;
+		}
+	}
+	__syncthreads();
+	const int pos = *d_pos;
+	/* ---- penalties: counts of the window, then each distinct id once ---- */
+	if (p.penalize) {
+		int start = pos > p.repeat_last_n ? pos - p.repeat_last_n : 0;
+		for (int i = start + tid; i < pos; i += bd) {
+			int t = hist[i];
+			if (t >= 0 && t < V)
+				atomicAdd(&cnt[t], 1);
+		}
+		__syncthreads();
+		for (int i = start + tid; i < pos; i += bd) {
+			int t = hist[i];
+			if (t < 0 || t >= V)
+				continue;
+			int c = atomicExch(&cnt[t], 0);
+			if (c > 0)
+				l[t] = sm_penalize(l[t], c, p.repeat_penalty, p.presence_penalty, p.frequency_penalty);
+		}
+		__syncthreads();
+	}
+	int tok;
+	if (p.mode == KS_GREEDY) {
+		tok = cand_idx(block_argmax(l, V, red));
+	} else if (p.mode == KS_TOPK) {
+		const int k = p.top_k;
+		/* ---- radix select of the k-th largest key ---- */
+		uint32_t prefix = 0, mask = 0;
+		int need = k; /* how many of the keys matching prefix are still to take */
+		for (int shift = 24; shift >= 0; shift -= 8) {
+			for (int i = tid; i < 256; i += bd)
+				hcount[i] = 0;
+			__syncthreads();
+			for (int i0 = 0; i0 < V; i0 += bd) { /* warp-uniform trip count */
+				int i = i0 + tid;
+				unsigned d = 256;
+				if (i < V) {
+					uint32_t key = sm_key(l[i]);
+					if ((key & mask) == prefix)
+						d = (key >> shift) & 255u;
+				}
+				unsigned m = __match_any_sync(0xffffffffu, d);
+				if (d < 256 && lane == __ffs(m) - 1)
+					atomicAdd(&hcount[d], (unsigned)__popc(m));
+			}
+			__syncthreads();
+			if (warp == 0) {
+				/* lane L owns digits 255-8L .. 248-8L (descending) */
+				unsigned c[8], sum = 0;
+#pragma unroll
+				for (int j = 0; j < 8; j++) {
+					c[j] = hcount[255 - 8 * lane - j];
+					sum += c[j];
+				}
+				unsigned incl = sum;
+#pragma unroll
+				for (int o = 1; o < 32; o <<= 1) {
+					unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+					if (lane >= o)
+						incl += v;
+				}
+				unsigned acc = incl - sum;
+				if (acc < (unsigned)need && (unsigned)need <= incl) {
+					for (int j = 0; j < 8; j++) {
+						if (acc + c[j] >= (unsigned)need) {
+							s_a = 255 - 8 * lane - j;
+							s_b = (int)acc;
+							break;
+						}
+						acc += c[j];
+					}
+				}
+			}
+			__syncthreads();
+			prefix |= (uint32_t)s_a << shift;
+			mask |= 255u << shift;
+			need -= s_b;
+			__syncthreads();
+		}
+		const uint32_t K = prefix; /* the k-th largest key; `need` of the keys == K are taken */
+		/* ---- gather: keys > K (k - need of them), ties at K ---- */
+		if (tid == 0) {
+			s_a = 0;
+			s_b = 0;
+		}
+		__syncthreads();
+		for (int i = tid; i < V; i += bd) {
+			uint32_t key = sm_key(l[i]);
+			if (key > K) {
+				cand[atomicAdd(&s_a, 1)] = cand_of(key, i);
+			} else if (key == K) {
+				int at = atomicAdd(&s_b, 1);
+				if (at < KS_TIES)
+					cand[KS_MAX_K + at] = cand_of(key, i);
+			}
+		}
+		__syncthreads();
+		const int ngt = s_a;
+		int neq = s_b;
+		if (neq > KS_TIES) { /* many ties: the `need` lowest indices, in index order */
+			if (warp == 0) {
+				int base = 0;
+				for (int i0 = 0; i0 < V && base < need; i0 += 32) {
+					int i = i0 + lane;
+					bool eq = i < V && sm_key(l[i]) == K;
+					unsigned m = __ballot_sync(0xffffffffu, eq);
+					int rank = __popc(m & ((1u << lane) - 1u));
+					if (eq && base + rank < need)
+						cand[KS_MAX_K + base + rank] = cand_of(K, i);
+					base += __popc(m);
+				}
+			}
+			neq = need;
+			__syncthreads();
+		}
+		/* compact the ties behind the others, pad to a power of two */
+		const int n = ngt + neq;
+		int sz = 2;
+		while (sz < n)
+			sz <<= 1;
+		uint64_t t0 = 0, t1 = 0;
+		if (tid < neq)
+			t0 = cand[KS_MAX_K + tid];
+		if (tid + bd < neq)
+			t1 = cand[KS_MAX_K + tid + bd];
+		__syncthreads();
+		if (tid < neq)
+			cand[ngt + tid] = t0;
+		if (tid + bd < neq)
+			cand[ngt + tid + bd] = t1;
+		for (int i = n + tid; i < sz; i += bd)
+			cand[i] = 0;
+		__syncthreads();
+		/* ---- bitonic sort, descending ---- */
+		for (int k2 = 2; k2 <= sz; k2 <<= 1)
+			for (int j = k2 >> 1; j > 0; j >>= 1) {
+				for (int i = tid; i < sz; i += bd) {
+					int ixj = i ^ j;
+					if (ixj > i) {
+						uint64_t a = cand[i], b = cand[ixj];
+						if ((i & k2) == 0 ? a < b : a > b) {
+							cand[i] = b;
+							cand[ixj] = a;
+						}
+					}
+				}
+				__syncthreads();
+			}
+		/* ---- weights, sums, top-p, min-p, draw over the k ---- */
+		const float mx = l[cand_idx(cand[0])];
+		for (int i = tid; i < k; i += bd)
+			w[i] = sm_exp(sm_arg(l[cand_idx(cand[i])], mx, p.temperature));
+		__syncthreads();
+		small_cum(w, cum, k, S);
+		const float Z = cum[k - 1];
+		if (tid == 0) {
+			s_a = k; /* top-p cut */
+			s_b = k; /* min-p cut */
+			s_c = k; /* the draw */
+		}
+		__syncthreads();
+		if (p.top_p > 0.0f && p.top_p < 1.0f) {
+			float tp = SM_MUL(p.top_p, Z);
+			for (int i = tid; i < k; i += bd)
+				if (cum[i] >= tp)
+					atomicMin(&s_a, i + 1);
+		}
+		if (p.min_p > 0.0f) {
+			float lim = SM_MUL(p.min_p, w[0]);
+			for (int i = 1 + tid; i < k; i += bd)
+				if (w[i] < lim)
+					atomicMin(&s_b, i);
+		}
+		__syncthreads();
+		const int m = min(s_a, s_b);
+		const float total = cum[m - 1];
+		if (total > 0.0f) {
+			float r = sm_draw_point(s_bits, total);
+			for (int i = tid; i < m; i += bd)
+				if (r < cum[i])
+					atomicMin(&s_c, i);
+		}
+		__syncthreads();
+		/* as sampler.c's finish: total not > 0 (NaN logits) gives the
+		 * argmax; no position reaching the point (impossible: it lies
+		 * below cum[m-1]) the last kept one */
+		tok = cand_idx(cand[!(total > 0.0f) ? 0 : s_c < m ? s_c : m - 1]);
+	} else { /* KS_ALL: the whole vocabulary in index order */
+		const uint64_t am = block_argmax(l, V, red);
+		const float mx = l[cand_idx(am)];
+		for (int i = tid; i < V; i += bd)
+			wbuf[i] = sm_exp(sm_arg(l[i], mx, p.temperature));
+		__syncthreads();
+		const int nch = (V + SM_CHUNK - 1) / SM_CHUNK;
+		for (int c = tid; c < nch; c += bd) {
+			float acc = 0.0f;
+			for (int i = c * SM_CHUNK; i < min(V, (c + 1) * SM_CHUNK); i++)
+				acc = SM_ADD(acc, wbuf[i]);
+			S[c + 1] = acc;
+		}
+		__syncthreads();
+		if (tid == 0) {
+			S[0] = 0.0f;
+			for (int c = 0; c < nch; c++)
+				S[c + 1] = SM_ADD(S[c], S[c + 1]);
+			s_c = nch;
+		}
+		__syncthreads();
+		const float total = S[nch];
+		tok = cand_idx(am);
+		if (total > 0.0f) {
+			float r = sm_draw_point(s_bits, total);
+			for (int c = tid; c < nch; c += bd)
+				if (r < S[c + 1])
+					atomicMin(&s_c, c);
+			__syncthreads();
+			if (tid == 0) {
+				int c = s_c < nch ? s_c : nch - 1, c1 = min(V, (c + 1) * SM_CHUNK), t = c1 - 1;
+				float acc = 0.0f;
+				for (int i = c * SM_CHUNK; i < c1; i++) {
+					acc = SM_ADD(acc, wbuf[i]);
+					if (r < SM_ADD(S[c], acc)) {
+						t = i;
+						break;
+					}
+				}
+				s_a = t;
+			}
+			__syncthreads();
+			tok = s_a;
+		}
+	}
+	if (tid == 0) {
+		next[0] = tok;
+		if (hist)
+			hist[pos] = tok;
+	}
+}
+
+extern "C" int ks_init(ks_sampler *k, int vocab)
+{
+	memset(k, 0, sizeof(*k));
+	k->vocab = vocab;
+	cudaStream_t st;
+	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	k->stream = st;
+	if (cudaMalloc(&k->d_params, sizeof(ks_params)) != cudaSuccess ||
+	    cudaMalloc(&k->d_count, sizeof(int) * (size_t)vocab) != cudaSuccess ||
+	    cudaMalloc(&k->d_w, sizeof(float) * (size_t)vocab) != cudaSuccess) {
+		fail("cudaMalloc", cudaGetLastError());
+		ks_free(k);
+		return -1;
+	}
+	CK(cudaMemsetAsync(k->d_count, 0, sizeof(int) * (size_t)vocab, st));
+	CK(cudaStreamSynchronize(st));
+	return 0;
+}
+
+extern "C" void ks_free(ks_sampler *k)
+{
+	cudaFree(k->d_params);
+	cudaFree(k->d_count);
+	cudaFree(k->d_w);
+	if (k->stream)
+		cudaStreamDestroy((cudaStream_t)k->stream);
+	memset(k, 0, sizeof(*k));
+}
+
+extern "C" int ks_set(ks_sampler *k, const ks_params *p)
+{
+	int ok = p->mode == KS_GREEDY ||
+		 (p->temperature > 0.0f && ((p->mode == KS_TOPK && p->top_k >= 1 && p->top_k <= KS_MAX_K &&
+					     p->top_k < k->vocab) ||
+					    (p->mode == KS_ALL && k->vocab <= KS_MAX_ALL)));
+	if (!ok || (p->penalize && p->repeat_last_n <= 0)) {
+		snprintf(g_err, sizeof(g_err), "ks_set: parameters the device sampler does not cover");
+		return -1;
+	}
+	cudaStream_t st = (cudaStream_t)k->stream;
+	CK(cudaMemcpyAsync(k->d_params, p, sizeof(*p), cudaMemcpyHostToDevice, st));
+	CK(cudaStreamSynchronize(st));
+	return 0;
+}
+
+extern "C" int ks_get_rng(ks_sampler *k, uint64_t *rng)
+{
+	ks_params p;
+	cudaStream_t st = (cudaStream_t)k->stream;
+	CK(cudaMemcpyAsync(&p, k->d_params, sizeof(p), cudaMemcpyDeviceToHost, st));
+	CK(cudaStreamSynchronize(st));
+	*rng = p.rng;
+	return 0;
+}
+
+extern "C" int ks_sample(ks_sampler *k, float *logits, const int *d_pos, int *d_hist, int *d_next, int dry)
+{
+	cudaStream_t st = (cudaStream_t)k->stream;
+	k_sample<<<1, KS_THREADS, 0, st>>>(k->d_params, logits, k->vocab, d_pos, d_hist, d_next, k->d_count, k->d_w,
+					    dry);
+	CK(cudaGetLastError());
+	CK(cudaStreamSynchronize(st));
+	return 0;
+}

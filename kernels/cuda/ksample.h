@@ -1,0 +1,92 @@
+/* kernels/cuda/ksample.h — token selection on the device: the canonical
+ * sampler of worker/sampler.h (penalties, greedy, top-k with top-p /
+ * min-p, no truncation, seeded draws), bit for bit the token sampler_pick
+ * gives for the same logits, history and state (the arithmetic is
+ * worker/sample_math.h, compiled on both sides).
+ *
+ * One kernel, one block of 1024 threads:
+ * - penalties from the device-side history hist[*d_pos - repeat_last_n ..
+ *   *d_pos) (prompt ids uploaded by the caller, generated ids written by
+ *   the kernel itself): counts in a [vocab] array that the kernel leaves
+ *   zero again, each distinct id penalised once;
+ * - greedy (temperature <= 0): argmax by (key desc, index asc);
+ * - top-k (k <= KS_MAX_K): radix select of the k-th key (4 passes of 8
+ *   bits, warp-aggregated shared-memory histograms), the candidates above
+ *   it plus the ties at it (up to KS_TIES in shared memory, else a
+ *   warp-serial scan for the lowest-index ties), a bitonic sort of them by
+ *   key << 32 | ~index, then weights, chunked sums, top-p, min-p and the
+ *   draw over <= 1024 entries;
+ * - no truncation (vocab <= KS_MAX_ALL): weights of the whole vocabulary
+ *   in index order into a scratch row, chunk sums by one thread per chunk,
+ *   the chunk prefix by one thread, the draw's chunk found in parallel and
+ *   walked by one thread.
+ * The token goes to d_next[0] and d_hist[*d_pos], where kc_argmax puts the
+ * greedy one; the splitmix state lives in device memory and advances once
+ * per draw (as sampler_pick's).
+ *
+ * Measured on the H200 (tests/cuda/test_cuda_sample bench, 128,256
+ * entries, launch and wait included): top-k 40 + penalties 206 us, top-k
+ * 1024 239 us, no truncation 162 us, greedy + penalties 43 us. One block
+ * reading the row is latency-bound (~25-40 us a pass over 512 KB: one
+ * load in flight per warp); next: several loads in flight per thread, or
+ * the histogram passes and the weights spread over many blocks.
+ *
+ * Not covered (the caller keeps the CPU sampler): top-p / min-p without
+ * top-k (a sort of the whole vocabulary), top_k > KS_MAX_K, and no
+ * truncation over more than KS_MAX_ALL entries.
+ *
+ * Streams: kcuda.h does not expose its stream, so ks_sample runs on a
+ * stream of its own and waits for it; the caller must have drained the kc
+ * stream (kc_sync) before, so that the logits are complete, and queues the
+ * forward pass of the chosen token after. (With a kc stream accessor the
+ * kernel could join the captured decode step; see README "GPU".)
+ */
+#ifndef MLXR_KSAMPLE_H
+#define MLXR_KSAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KS_MAX_K 1024
+#define KS_TIES 2048
+#define KS_MAX_ALL 262144 /* 1024 chunks of 256: one thread each */
+
+enum { KS_GREEDY, KS_TOPK, KS_ALL, KS_MODE_COUNT };
+
+/* The parameters as the kernel reads them (device copy, ks_set). */
+typedef struct {
+	int mode;             /* KS_* */
+	int top_k;            /* KS_TOPK: 1..KS_MAX_K, < vocab */
+	float temperature;    /* > 0 unless KS_GREEDY */
+	float top_p;          /* in (0, 1) to truncate, else off */
+	float min_p;          /* > 0 to truncate */
+	int penalize;         /* apply the three penalties below */
+	int repeat_last_n;    /* window, > 0 when penalize */
+	float repeat_penalty, presence_penalty, frequency_penalty;
+	uint64_t rng;         /* splitmix state (sampler.c: seed ^ 0x9E3779B97F4A7C15) */
+} ks_params;
+
+typedef struct {
+	int vocab;
+	ks_params *d_params; /* [1] device */
+	int *d_count;        /* [vocab] device, zero between calls */
+	float *d_w;          /* [vocab] device scratch (KS_ALL weights) */
+	void *stream;        /* cudaStream_t of its own */
+} ks_sampler;
+
+/* kc_init must have run. Returns 0 or -1 (ks_error()). */
+int ks_init(ks_sampler *k, int vocab);
+void ks_free(ks_sampler *k);
+const char *ks_error(void);
+/* Uploads the parameters and the rng state (synchronous). -1 if p->mode
+ * or its limits are not supported. */
+int ks_set(ks_sampler *k, const ks_params *p);
+/* Reads the rng state back (tests). */
+int ks_get_rng(ks_sampler *k, uint64_t *rng);
+/* Picks the token from logits[vocab] (device; the penalties modify it in
+ * place) with the history d_hist[0 .. *d_pos) and writes it to d_next[0]
+ * and d_hist[*d_pos]; waits for it. The kc stream must be idle. dry != 0
+ * launches the kernel without doing anything (warm-up). */
+int ks_sample(ks_sampler *k, float *logits, const int *d_pos, int *d_hist, int *d_next, int dry);
+
+#endif
