@@ -479,18 +479,21 @@ int gpu_greedy_token(gpu_state *s, int pos, int *tok)
 	return kc_stage_wait(pos % KC_STAGE_SLOTS, tok);
 }
 
-/* The step of gpu_greedy_queue for a token chosen elsewhere on the device
- * (the sampler of kernels/cuda/ksample.h writes it to d_next and
- * d_hist[pos]): the staged copy of d_hist[pos], then the forward pass of
- * d_next, captured once into *graph (the caller's; kc_graph_free). */
-int gpu_token_queue(const gpu_model *g, gpu_state *s, kc_graph **graph)
+/* The step of gpu_greedy_queue with another token choice: pick(arg)
+ * queues a kernel that writes the token to d_next and d_hist[*d_pos] (the
+ * sampler of kernels/cuda/ksample.h), captured with the forward pass of
+ * d_next into *graph once (the caller's; kc_graph_free); replays are
+ * followed by the staged copy of d_hist[pos], as in the greedy step. */
+int gpu_token_queue(const gpu_model *g, gpu_state *s, kc_graph **graph, int (*pick)(void *), void *arg)
 {
 	if (s->pos + 1 > s->ctx)
 		return -1;
 	if (!*graph) {
 		if (kc_capture_begin())
 			return -1;
-		int rc = queue_forward(g, s, s->d_next, 1, 0);
+		int rc = pick(arg);
+		if (!rc)
+			rc = queue_forward(g, s, s->d_next, 1, 0);
 		kc_graph *gr = NULL;
 		if (kc_capture_end(&gr) || rc) {
 			kc_graph_free(gr);
@@ -499,7 +502,7 @@ int gpu_token_queue(const gpu_model *g, gpu_state *s, kc_graph **graph)
 		*graph = gr;
 	}
 	int p = s->pos;
-	if (kc_stage_int(s->d_hist + p, p % KC_STAGE_SLOTS) || kc_graph_launch(*graph))
+	if (kc_graph_launch(*graph) || kc_stage_int(s->d_hist + p, p % KC_STAGE_SLOTS))
 		return -1;
 	s->pos++;
 	return 0;

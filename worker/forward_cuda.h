@@ -93,12 +93,14 @@ int gpu_greedy_queue(const gpu_model *g, gpu_state *s);
 /* The token that the step queued for position pos chose (waits for that
  * step only). */
 int gpu_greedy_token(gpu_state *s, int pos, int *tok);
-/* One decode step whose token something else on the device (the sampler,
- * kernels/cuda/ksample.h) has written to d_next and d_hist[s->pos]:
- * queues the copy of that token to the slot gpu_greedy_token reads, then
- * the forward pass of d_next at s->pos (a graph captured on first use into
- * *graph, which the caller frees with kc_graph_free); s->pos += 1.
+/* One decode step whose token another kernel chooses: pick(arg) queues it
+ * (it reads the logits and *d_pos, writes d_next[0] and d_hist[*d_pos]:
+ * the sampler, kernels/cuda/ksample.h); captured once with the forward
+ * pass of d_next into *graph (the caller frees it with kc_graph_free),
+ * replayed with s->pos += 1 and the token staged for gpu_greedy_token, as
+ * in gpu_greedy_queue: nothing waits. pick runs only during the capture,
+ * so what it queues must read its parameters from device memory.
  * Returns 0, or -1 (context full, CUDA error). */
-int gpu_token_queue(const gpu_model *g, gpu_state *s, kc_graph **graph);
+int gpu_token_queue(const gpu_model *g, gpu_state *s, kc_graph **graph, int (*pick)(void *), void *arg);
 
 #endif

@@ -357,8 +357,8 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 	 * never leave the device. Greedy without penalties: the argmax inside
 	 * the captured step (dev_greedy). Every other setting the device
 	 * sampler covers (sample_begin; the same token as sampler_pick):
-	 * dev_sample, whose queueing waits for the step before (the sampler
-	 * runs on a stream of its own). The rest copies the last logits row
+	 * dev_sample, the sampler kernel captured with the forward pass of its
+	 * token (queued the same way). The rest copies the last logits row
 	 * back and uses sampler_pick, as on the CPU. MLXR_GPU_SAMPLE=0 turns
 	 * the device sampler off (comparisons). */
 	const sampler_params *sp = &p->sp;

@@ -26,6 +26,13 @@ typedef struct {
 	kc_graph *tok_step; /* forward of the sampler's token (gpu_token_queue) */
 } cu_handle;
 
+/* The capture's pick: the device sampler on the step's logits. */
+static int cu_pick(void *arg)
+{
+	cu_handle *h = arg;
+	return ks_sample_queue(&h->ks, h->st.logits, h->st.d_pos, h->st.d_hist, h->st.d_next, 0);
+}
+
 static void cu_close(session *s)
 {
 	cu_handle *h = s->gh;
@@ -96,7 +103,7 @@ static int cu_open(session *s, int ctx, char *err, size_t errlen)
 		cu_close(s);
 		return -1;
 	}
-	if (ctx >= 8 && (gpu_token_queue(&h->g, &h->st, &h->tok_step) || gpu_greedy_token(&h->st, h->st.pos - 1, &t))) {
+	if (ctx >= 8 && (gpu_token_queue(&h->g, &h->st, &h->tok_step, cu_pick, h) || gpu_greedy_token(&h->st, h->st.pos - 1, &t))) {
 		snprintf(err, errlen, "cuda: warm-up pass: %s", kc_error());
 		cu_close(s);
 		return -1;
@@ -179,17 +186,12 @@ static int cu_sample_begin(session *s, const sampler_params *p, uint64_t rng, co
 	return 1;
 }
 
-/* Waits for the queued steps (the logits must be complete: the sampler
- * runs on its own stream, kcuda.h has no accessor for the kc stream), picks
- * the token on the device, queues its forward pass. */
+/* Queues pick + forward of the picked token (one captured graph, as the
+ * greedy step: the token is read back behind it, nothing waits). */
 static int cu_sample_queue(session *s)
 {
 	cu_handle *h = s->gh;
-	if (h->st.pos + 1 > h->st.ctx || kc_sync())
-		return -1;
-	if (ks_sample(&h->ks, h->st.logits, h->st.d_pos, h->st.d_hist, h->st.d_next, 0))
-		return -1;
-	return gpu_token_queue(&h->g, &h->st, &h->tok_step);
+	return gpu_token_queue(&h->g, &h->st, &h->tok_step, cu_pick, h);
 }
 
 static int cu_set_pos(session *s, int pos)

@@ -162,6 +162,11 @@ extern "C" int kc_copy2d(void *dst, size_t dpitch, const void *src, size_t spitc
 	return 0;
 }
 
+extern "C" void *kc_stream(void)
+{
+	return g_stream;
+}
+
 extern "C" int kc_sync(void)
 {
 	CK(cudaStreamSynchronize(g_stream));

@@ -54,6 +54,10 @@ int kc_memset(void *dst, int byte, size_t bytes);               /* queued */
 /* rows rows of width bytes from src (pitch spitch) to dst (pitch dpitch); queued. */
 int kc_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t rows);
 int kc_sync(void);
+/* The stream every kc_* call queues on (a cudaStream_t), for kernels of
+ * other files that join the same order and the captured decode step
+ * (kernels/cuda/ksample.cu). */
+void *kc_stream(void);
 
 /* Copies a host matrix (possibly unaligned mapped data) to the device:
  * dev gets the same shape with device pointers, the codes (or dense

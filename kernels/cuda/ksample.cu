@@ -6,6 +6,7 @@
 #include <string.h>
 
 extern "C" {
+#include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/ksample.h"
 }
 #include "worker/sample_math.h"
@@ -354,9 +355,7 @@ extern "C" int ks_init(ks_sampler *k, int vocab)
 {
 	memset(k, 0, sizeof(*k));
 	k->vocab = vocab;
-	cudaStream_t st;
-	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-	k->stream = st;
+	cudaStream_t st = (cudaStream_t)kc_stream();
 	if (cudaMalloc(&k->d_params, sizeof(ks_params)) != cudaSuccess ||
 	    cudaMalloc(&k->d_count, sizeof(int) * (size_t)vocab) != cudaSuccess ||
 	    cudaMalloc(&k->d_w, sizeof(float) * (size_t)vocab) != cudaSuccess) {
@@ -374,8 +373,6 @@ extern "C" void ks_free(ks_sampler *k)
 	cudaFree(k->d_params);
 	cudaFree(k->d_count);
 	cudaFree(k->d_w);
-	if (k->stream)
-		cudaStreamDestroy((cudaStream_t)k->stream);
 	memset(k, 0, sizeof(*k));
 }
 
@@ -389,7 +386,7 @@ extern "C" int ks_set(ks_sampler *k, const ks_params *p)
 		snprintf(g_err, sizeof(g_err), "ks_set: parameters the device sampler does not cover");
 		return -1;
 	}
-	cudaStream_t st = (cudaStream_t)k->stream;
+	cudaStream_t st = (cudaStream_t)kc_stream();
 	CK(cudaMemcpyAsync(k->d_params, p, sizeof(*p), cudaMemcpyHostToDevice, st));
 	CK(cudaStreamSynchronize(st));
 	return 0;
@@ -398,19 +395,25 @@ extern "C" int ks_set(ks_sampler *k, const ks_params *p)
 extern "C" int ks_get_rng(ks_sampler *k, uint64_t *rng)
 {
 	ks_params p;
-	cudaStream_t st = (cudaStream_t)k->stream;
+	cudaStream_t st = (cudaStream_t)kc_stream();
 	CK(cudaMemcpyAsync(&p, k->d_params, sizeof(p), cudaMemcpyDeviceToHost, st));
 	CK(cudaStreamSynchronize(st));
 	*rng = p.rng;
 	return 0;
 }
 
+extern "C" int ks_sample_queue(ks_sampler *k, float *logits, const int *d_pos, int *d_hist, int *d_next, int dry)
+{
+	k_sample<<<1, KS_THREADS, 0, (cudaStream_t)kc_stream()>>>(k->d_params, logits, k->vocab, d_pos, d_hist, d_next,
+								   k->d_count, k->d_w, dry);
+	CK(cudaGetLastError());
+	return 0;
+}
+
 extern "C" int ks_sample(ks_sampler *k, float *logits, const int *d_pos, int *d_hist, int *d_next, int dry)
 {
-	cudaStream_t st = (cudaStream_t)k->stream;
-	k_sample<<<1, KS_THREADS, 0, st>>>(k->d_params, logits, k->vocab, d_pos, d_hist, d_next, k->d_count, k->d_w,
-					    dry);
-	CK(cudaGetLastError());
-	CK(cudaStreamSynchronize(st));
+	if (ks_sample_queue(k, logits, d_pos, d_hist, d_next, dry))
+		return -1;
+	CK(cudaStreamSynchronize((cudaStream_t)kc_stream()));
 	return 0;
 }

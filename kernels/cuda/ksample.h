@@ -35,11 +35,11 @@
  * top-k (a sort of the whole vocabulary), top_k > KS_MAX_K, and no
  * truncation over more than KS_MAX_ALL entries.
  *
- * Streams: kcuda.h does not expose its stream, so ks_sample runs on a
- * stream of its own and waits for it; the caller must have drained the kc
- * stream (kc_sync) before, so that the logits are complete, and queues the
- * forward pass of the chosen token after. (With a kc stream accessor the
- * kernel could join the captured decode step; see README "GPU".)
+ * Streams: the kernel runs on the kc stream (kc_stream()), ordered after
+ * the forward pass that wrote the logits; ks_sample_queue only queues it,
+ * so the worker captures "pick + forward of the picked token" as one graph
+ * (worker/forward_cuda.c gpu_token_queue) and replays it like the greedy
+ * step, two steps in flight.
  */
 #ifndef MLXR_KSAMPLE_H
 #define MLXR_KSAMPLE_H
@@ -71,7 +71,6 @@ typedef struct {
 	ks_params *d_params; /* [1] device */
 	int *d_count;        /* [vocab] device, zero between calls */
 	float *d_w;          /* [vocab] device scratch (KS_ALL weights) */
-	void *stream;        /* cudaStream_t of its own */
 } ks_sampler;
 
 /* kc_init must have run. Returns 0 or -1 (ks_error()). */
@@ -83,10 +82,12 @@ const char *ks_error(void);
 int ks_set(ks_sampler *k, const ks_params *p);
 /* Reads the rng state back (tests). */
 int ks_get_rng(ks_sampler *k, uint64_t *rng);
-/* Picks the token from logits[vocab] (device; the penalties modify it in
- * place) with the history d_hist[0 .. *d_pos) and writes it to d_next[0]
- * and d_hist[*d_pos]; waits for it. The kc stream must be idle. dry != 0
+/* Queues on the kc stream the pick of the token from logits[vocab]
+ * (device; the penalties modify it in place) with the history d_hist[0 ..
+ * *d_pos), written to d_next[0] and d_hist[*d_pos]. Capturable. dry != 0
  * launches the kernel without doing anything (warm-up). */
+int ks_sample_queue(ks_sampler *k, float *logits, const int *d_pos, int *d_hist, int *d_next, int dry);
+/* The same, then waits for the kc stream (tests, warm-up). */
 int ks_sample(ks_sampler *k, float *logits, const int *d_pos, int *d_hist, int *d_next, int dry);
 
 #endif
