@@ -13,6 +13,7 @@ extern "C" {
 
 #define KS_THREADS 1024
 #define KS_SORT 4096 /* >= KS_MAX_K + KS_TIES, a power of two */
+#define KS_U 8       /* loads in flight per thread in the passes over the vocabulary */
 
 static char g_err[256];
 
@@ -58,9 +59,17 @@ static __device__ uint64_t block_max_u64(uint64_t v, uint64_t *red)
 static __device__ uint64_t block_argmax(const float *l, int V, uint64_t *red)
 {
 	uint64_t best = 0;
-	for (int i = threadIdx.x; i < V; i += blockDim.x) {
-		uint64_t c = cand_of(sm_key(l[i]), i);
-		best = c > best ? c : best;
+	const int bd = blockDim.x;
+	for (int i0 = threadIdx.x; i0 < V; i0 += KS_U * bd) {
+		float v[KS_U];
+#pragma unroll
+		for (int u = 0; u < KS_U; u++) /* KS_U loads in flight */
+			v[u] = i0 + u * bd < V ? l[i0 + u * bd] : 0.0f;
+#pragma unroll
+		for (int u = 0; u < KS_U; u++) {
+			uint64_t c = i0 + u * bd < V ? cand_of(sm_key(v[u]), i0 + u * bd) : 0;
+			best = c > best ? c : best;
+		}
 	}
 	return block_max_u64(best, red);
 }
@@ -145,17 +154,22 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 			for (int i = tid; i < 256; i += bd)
 				hcount[i] = 0;
 			__syncthreads();
-			for (int i0 = 0; i0 < V; i0 += bd) { /* warp-uniform trip count */
-				int i = i0 + tid;
-				unsigned d = 256;
-				if (i < V) {
-					uint32_t key = sm_key(l[i]);
-					if ((key & mask) == prefix)
-						d = (key >> shift) & 255u;
+			for (int i0 = 0; i0 < V; i0 += KS_U * bd) { /* warp-uniform trip count */
+				uint32_t key[KS_U];
+#pragma unroll
+				for (int u = 0; u < KS_U; u++) { /* KS_U loads in flight */
+					int i = i0 + u * bd + tid;
+					key[u] = i < V ? sm_key(l[i]) : 0u;
 				}
-				unsigned m = __match_any_sync(0xffffffffu, d);
-				if (d < 256 && lane == __ffs(m) - 1)
-					atomicAdd(&hcount[d], (unsigned)__popc(m));
+#pragma unroll
+				for (int u = 0; u < KS_U; u++) {
+					unsigned d = 256;
+					if (i0 + u * bd + tid < V && (key[u] & mask) == prefix)
+						d = (key[u] >> shift) & 255u;
+					unsigned m = __match_any_sync(0xffffffffu, d);
+					if (d < 256 && lane == __ffs(m) - 1)
+						atomicAdd(&hcount[d], (unsigned)__popc(m));
+				}
 			}
 			__syncthreads();
 			if (warp == 0) {
@@ -198,14 +212,25 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 			s_b = 0;
 		}
 		__syncthreads();
-		for (int i = tid; i < V; i += bd) {
-			uint32_t key = sm_key(l[i]);
-			if (key > K) {
-				cand[atomicAdd(&s_a, 1)] = cand_of(key, i);
-			} else if (key == K) {
-				int at = atomicAdd(&s_b, 1);
-				if (at < KS_TIES)
-					cand[KS_MAX_K + at] = cand_of(key, i);
+		for (int i0 = 0; i0 < V; i0 += KS_U * bd) {
+			uint32_t key[KS_U];
+#pragma unroll
+			for (int u = 0; u < KS_U; u++) {
+				int i = i0 + u * bd + tid;
+				key[u] = i < V ? sm_key(l[i]) : 0u;
+			}
+#pragma unroll
+			for (int u = 0; u < KS_U; u++) {
+				int i = i0 + u * bd + tid;
+				if (i >= V)
+					continue;
+				if (key[u] > K) {
+					cand[atomicAdd(&s_a, 1)] = cand_of(key[u], i);
+				} else if (key[u] == K) {
+					int at = atomicAdd(&s_b, 1);
+					if (at < KS_TIES)
+						cand[KS_MAX_K + at] = cand_of(key[u], i);
+				}
 			}
 		}
 		__syncthreads();
@@ -302,13 +327,32 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 	} else { /* KS_ALL: the whole vocabulary in index order */
 		const uint64_t am = block_argmax(l, V, red);
 		const float mx = l[cand_idx(am)];
-		for (int i = tid; i < V; i += bd)
-			wbuf[i] = sm_exp(sm_arg(l[i], mx, p.temperature));
+		for (int i0 = tid; i0 < V; i0 += KS_U * bd) {
+			float v[KS_U];
+#pragma unroll
+			for (int u = 0; u < KS_U; u++)
+				v[u] = i0 + u * bd < V ? l[i0 + u * bd] : 0.0f;
+#pragma unroll
+			for (int u = 0; u < KS_U; u++)
+				if (i0 + u * bd < V)
+					wbuf[i0 + u * bd] = sm_exp(sm_arg(v[u], mx, p.temperature));
+		}
 		__syncthreads();
 		const int nch = (V + SM_CHUNK - 1) / SM_CHUNK;
 		for (int c = tid; c < nch; c += bd) {
 			float acc = 0.0f;
-			for (int i = c * SM_CHUNK; i < min(V, (c + 1) * SM_CHUNK); i++)
+			const int c1 = min(V, (c + 1) * SM_CHUNK);
+			int i = c * SM_CHUNK;
+			for (; i + KS_U <= c1; i += KS_U) { /* KS_U loads, then the adds in order */
+				float v[KS_U];
+#pragma unroll
+				for (int u = 0; u < KS_U; u++)
+					v[u] = wbuf[i + u];
+#pragma unroll
+				for (int u = 0; u < KS_U; u++)
+					acc = SM_ADD(acc, v[u]);
+			}
+			for (; i < c1; i++)
 				acc = SM_ADD(acc, wbuf[i]);
 			S[c + 1] = acc;
 		}
