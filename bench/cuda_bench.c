@@ -26,6 +26,8 @@
  *   build/cuda-bench att ...   instead of the matvec table: decode attention
  *                              alone (chunk and split kernels, 8B/1B heads,
  *                              contexts 17 and 4096)
+ *   ATT_IMPL=3                 the models on run 22's split kernel (4:
+ *                              without the pipelined loads)
  *   ATT_IMPL=i                 the models under kc_attention_impl(i)
  *   RESID_IMPL=i               the models under kc_residual_impl(i) (1: the
  *                              separate add + RMSNorm launches)
@@ -297,7 +299,8 @@ static void bench_matvec(double bw)
  * 17- and a 4096-token context in a cache of 4416 rows (the model runs'
  * size), 32 launches captured as one graph over 4 cache copies (145 MB for
  * 8B: the 4K rows are not all in L2), per attention impl (1 the chunk
- * kernels k_attn_dec + merge, 0 the split kernel, 2 with twice its blocks);
+ * kernels k_attn_dec + merge, 3 run 22's split kernel, 4 the split kernel
+ * without its pipelined loads, 0 the split kernel, 2 with twice its blocks);
  * median of 5 replays. */
 static void bench_att_dec(void)
 {
@@ -305,10 +308,10 @@ static void bench_att_dec(void)
 		const char *name;
 		int nh, nkv, hd;
 	} hs[] = {{"8B 32/8 x 128", 32, 8, 128}, {"1B 32/8 x 64", 32, 8, 64}};
-	static const int ctxs[2] = {17, 4096}, impls[3] = {1, 0, 2};
+	static const int ctxs[2] = {17, 4096}, impls[5] = {1, 3, 4, 0, 2};
 	const int maxk = 4416, C = 4, L = 32;
-	printf("\n%-22s %6s %10s %10s %10s  (decode attention alone, us per call)\n", "attention n=1", "ctx",
-	       "chunk", "split", "split x2");
+	printf("\n%-22s %6s %10s %10s %10s %10s %10s  (decode attention alone, us per call)\n", "attention n=1",
+	       "ctx", "chunk", "split r22", "no pipe", "split", "split x2");
 	for (int hi = 0; hi < 2; hi++) {
 		const int nh = hs[hi].nh, nkv = hs[hi].nkv, hd = hs[hi].hd;
 		size_t cn = (size_t)maxk * nkv * hd, qn = (size_t)nh * hd, scb = kc_attention_scratch(1, nh, hd, maxk);
@@ -325,8 +328,8 @@ static void bench_att_dec(void)
 			int pos = ctxs[ci] - 1;
 			if (kc_upload(dpos, &pos, sizeof(int)))
 				die("upload");
-			double us[3];
-			for (int ii = 0; ii < 3; ii++) {
+			double us[5];
+			for (int ii = 0; ii < 5; ii++) {
 				kc_attention_impl(impls[ii]);
 				if (kc_attention(q, k[0], v[0], o, 1, dpos, nh, nkv, hd, 0.088f, 0, 0.0f, maxk, sc) ||
 				    kc_sync() || kc_capture_begin())
@@ -337,7 +340,8 @@ static void bench_att_dec(void)
 						die("attention");
 				us[ii] = replay_median_s(L, "attention run") * 1e6;
 			}
-			printf("%-22s %6d %10.2f %10.2f %10.2f\n", hs[hi].name, ctxs[ci], us[0], us[1], us[2]);
+			printf("%-22s %6d %10.2f %10.2f %10.2f %10.2f %10.2f\n", hs[hi].name, ctxs[ci], us[0], us[1],
+			       us[2], us[3], us[4]);
 		}
 		for (int c = 0; c < C; c++) {
 			kc_free(k[c]);

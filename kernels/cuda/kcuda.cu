@@ -2907,10 +2907,11 @@ static int fa_try(const float *q, const float *kcache, const float *vcache, floa
  * A warp owns whole tiles of one kv head and all GP (>= rep, padded) q
  * heads of its GQA group: per tile each lane loads its HD / 32 dims of the
  * KT K and V rows (coalesced rows, 2 x KT vector loads in flight per lane
- * before any arithmetic), forms the KT x GP = 32 partial dots, and one
- * reduce-scatter (31 shuffles) leaves lane L the score of (key L / GP,
- * head L % GP); online softmax per head across the lanes of that head;
- * acc[g][dims] += p V with p broadcast by shuffle. The block merges its
+ * before any arithmetic; VER 2 below: the next tile's too), forms the
+ * KT x GP = 32 partial dots, and one reduce-scatter (31 shuffles) leaves
+ * lane L the score of (key L / GP, head L % GP); online softmax per head
+ * across the lanes of that head; acc[g][dims] += p V with p broadcast (by
+ * shuffle; VER >= 1 through shared memory). The block merges its
  * warps in shared memory; a block alone (short contexts) writes the output,
  * else each writes a partial (m, l, acc) and the last block of the kv head
  * to finish (a counter it resets) merges them (float4 loads, L2). */
@@ -2956,7 +2957,139 @@ template <int O> static __device__ __forceinline__ void as_rs_step(float (&v)[32
 	}
 }
 
-template <int NPL, int GP>
+/* the KT K and V rows of the tile at key jb (keys past p zero): 2 x KT
+ * vector loads per lane, none waited on here */
+template <int NPL, int KT>
+static __device__ __forceinline__ void as_load(float (&kr)[KT][NPL], float (&vr)[KT][NPL], const float *kb,
+					       const float *vb, size_t rs, int jb, int p, int lane)
+{
+#pragma unroll
+	for (int k = 0; k < KT; k++) {
+		if (jb + k <= p) {
+			as_row<NPL>(kr[k], kb + (size_t)(jb + k) * rs, lane);
+			as_row<NPL>(vr[k], vb + (size_t)(jb + k) * rs, lane);
+		} else {
+#pragma unroll
+			for (int e = 0; e < NPL; e++)
+				kr[k][e] = vr[k][e] = 0.0f;
+		}
+	}
+}
+
+/* One tile's arithmetic: scores, online softmax, acc += p V. SMB: the
+ * softmax weights p and the rescales reach every lane through the warp's
+ * 32 + GP floats at sp (16-byte aligned; the caller alternates two buffers
+ * by tile, so one __syncwarp per tile orders them) as KT x GP / 4 + GP / 4
+ * broadcast LDS.128 instead of KT x GP + GP shuffles (runs 22-23). */
+template <int NPL, int GP, bool SMB>
+static __device__ __forceinline__ void as_tile(const float (&kr)[32 / GP][NPL], const float (&vr)[32 / GP][NPL],
+					       const float (&qr)[GP][NPL], float (&acc)[GP][NPL], float &m, float &l,
+					       int jb, int p, int rep, float scale, float softcap, int lane, float *sp)
+{
+	constexpr int KT = 32 / GP;
+	const int myg = lane & (GP - 1);
+	float v[32];
+#pragma unroll
+	for (int k = 0; k < KT; k++)
+#pragma unroll
+		for (int g = 0; g < GP; g++) {
+			float s = 0.0f;
+#pragma unroll
+			for (int e = 0; e < NPL; e++)
+				s = fmaf(qr[g][e], kr[k][e], s);
+			v[k * GP + g] = s;
+		}
+	/* reduce-scatter: after the step of offset o, v[i] holds index
+	 * i + (lane's bits >= o); lane L ends with the sum of index L */
+	as_rs_step<16>(v, lane);
+	as_rs_step<8>(v, lane);
+	as_rs_step<4>(v, lane);
+	as_rs_step<2>(v, lane);
+	as_rs_step<1>(v, lane);
+	float s = v[0] * scale;
+	if (softcap > 0.0f)
+		s = softcap * tanhf(s / softcap);
+	if (jb + lane / GP > p || myg >= rep)
+		s = -INFINITY;
+	float tm = s;
+#pragma unroll
+	for (int o = GP; o < 32; o <<= 1)
+		tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+	const float mn = fmaxf(m, tm);
+	const float al = mn == -INFINITY ? 1.0f : expf(m - mn);
+	const float pr = s == -INFINITY ? 0.0f : expf(s - mn);
+	float ps = pr;
+#pragma unroll
+	for (int o = GP; o < 32; o <<= 1)
+		ps += __shfl_xor_sync(0xffffffffu, ps, o);
+	l = l * al + ps;
+	m = mn;
+	if constexpr (SMB) {
+		sp[lane] = pr;
+		if (lane < GP)
+			sp[32 + lane] = al;
+		__syncwarp();
+		const float4 *sp4 = reinterpret_cast<const float4 *>(sp);
+#pragma unroll
+		for (int g4 = 0; g4 < GP / 4; g4++) {
+			const float4 a4 = sp4[8 + g4];
+			const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+			for (int c = 0; c < 4; c++)
+#pragma unroll
+				for (int e = 0; e < NPL; e++)
+					acc[4 * g4 + c][e] *= a[c];
+		}
+#pragma unroll
+		for (int k = 0; k < KT; k++)
+#pragma unroll
+			for (int g4 = 0; g4 < GP / 4; g4++) {
+				const float4 p4 = sp4[(k * GP) / 4 + g4];
+				const float pk[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+				for (int c = 0; c < 4; c++)
+#pragma unroll
+					for (int e = 0; e < NPL; e++)
+						acc[4 * g4 + c][e] = fmaf(pk[c], vr[k][e], acc[4 * g4 + c][e]);
+			}
+	} else {
+#pragma unroll
+		for (int g = 0; g < GP; g++) {
+			const float a = __shfl_sync(0xffffffffu, al, g);
+#pragma unroll
+			for (int e = 0; e < NPL; e++)
+				acc[g][e] *= a;
+		}
+#pragma unroll
+		for (int k = 0; k < KT; k++)
+#pragma unroll
+			for (int g = 0; g < GP; g++) {
+				const float pk = __shfl_sync(0xffffffffu, pr, k * GP + g);
+#pragma unroll
+				for (int e = 0; e < NPL; e++)
+					acc[g][e] = fmaf(pk, vr[k][e], acc[g][e]);
+			}
+	}
+}
+
+/* VER 2 (run 25; the default): (1) the next tile's K/V loads are issued
+ * before the current tile's arithmetic (two register buffers, for head_dim
+ * <= 128: at 256 the second buffer would not fit in 255 registers), so a
+ * warp has a tile in flight while it computes; run 22's loop loaded,
+ * waited, then computed (ncu at 4K: 2 warps per scheduler, 73% of cycles
+ * with none eligible, 38% of DRAM bandwidth). (2) p and the rescales reach
+ * the lanes through shared memory (as_tile SMB). (3) the last block merges
+ * the partials online in rounds of AS_MC with every load of a round in
+ * flight (run 22: m and l first, then the rows 8 loads deep: 1 + 5
+ * dependent L2 round trips for 33 partials, now 2). VER 0 is run 22's
+ * kernel (kc_attention_impl 3), VER 1 has (2) and (3) but not (1) (impl 4);
+ * both for benchmarks. Run 25, alone at 4096 keys (us, run 22 / VER 1 /
+ * VER 2): 8B heads 17.35 / 16.90 / 14.51, 1B 12.97 / 12.59 / 10.54. The
+ * 8B shape takes 245 registers (2 blocks per SM, as the grid has): twice
+ * the blocks (impl 2) now run in two waves, 18.9 us. */
+#define AS_MC 17 /* partials per merge round: the 33 of 8 kv heads on 132 SMs in two */
+
+template <int NPL, int GP, int VER>
 __global__ void __launch_bounds__(32 * AS_WARPS)
 	k_attn_split(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
 		     float *__restrict__ out, float *__restrict__ part, int nh, int nkv, float scale, int window,
@@ -2965,12 +3098,14 @@ __global__ void __launch_bounds__(32 * AS_WARPS)
 	pdl_trigger();
 	pdl_wait();
 	constexpr int HD = 32 * NPL, KT = 32 / GP, PS = HD + 4; /* partial: m, l, 2 pad, acc (16-byte aligned) */
+	constexpr bool V2 = VER >= 1, PIPE = VER == 2 && NPL <= 4;
 	__shared__ float s_m[AS_WARPS][GP], s_l[AS_WARPS][GP], s_L[GP];
 	__shared__ float s_acc[AS_WARPS][GP][HD];
 	__shared__ float s_w[GP][AS_SMAX];
+	__shared__ __align__(16) float s_p[AS_WARPS][2][V2 ? 32 + GP : 4];
 	__shared__ bool s_last;
 	const int kh = blockIdx.y, S = gridDim.x, rep = nh / nkv, h0 = kh * rep;
-	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, myg = lane & (GP - 1);
+	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	const int p = *d_pos;
 	const int lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 	const int nt = (p - lo + KT) / KT; /* tiles holding the p - lo + 1 visible keys */
@@ -2991,77 +3126,36 @@ __global__ void __launch_bounds__(32 * AS_WARPS)
 		for (int e = 0; e < NPL; e++)
 			acc[g][e] = 0.0f;
 	}
-	float m = -INFINITY, l = 0.0f; /* of head myg; equal on every lane of that head */
+	float m = -INFINITY, l = 0.0f; /* of head lane % GP; equal on every lane of that head */
 	if (w < nw) {
 		const int t0 = (int)((long long)w * nt / nw), t1 = (int)((long long)(w + 1) * nt / nw);
 		const size_t rs = (size_t)nkv * HD;
 		const float *kb = kc + (size_t)kh * HD, *vb = vc + (size_t)kh * HD;
-		for (int t = t0; t < t1; t++) {
-			const int jb = lo + t * KT;
-			float kr[KT][NPL], vr[KT][NPL];
-#pragma unroll
-			for (int k = 0; k < KT; k++) {
-				if (jb + k <= p) {
-					as_row<NPL>(kr[k], kb + (size_t)(jb + k) * rs, lane);
-					as_row<NPL>(vr[k], vb + (size_t)(jb + k) * rs, lane);
-				} else {
-#pragma unroll
-					for (int e = 0; e < NPL; e++)
-						kr[k][e] = vr[k][e] = 0.0f;
-				}
+		if constexpr (PIPE) {
+			/* tiles alternate between buffers a and b: b's loads go out
+			 * before a's arithmetic and the reverse (t0 < t1: w < nw <= nt) */
+			float ka[KT][NPL], va[KT][NPL], kq[KT][NPL], vq[KT][NPL];
+			as_load<NPL, KT>(ka, va, kb, vb, rs, lo + t0 * KT, p, lane);
+			int t = t0;
+			for (; t + 1 < t1; t += 2) {
+				as_load<NPL, KT>(kq, vq, kb, vb, rs, lo + (t + 1) * KT, p, lane);
+				as_tile<NPL, GP, true>(ka, va, qr, acc, m, l, lo + t * KT, p, rep, scale, softcap, lane,
+						       s_p[wid][t & 1]);
+				if (t + 2 < t1)
+					as_load<NPL, KT>(ka, va, kb, vb, rs, lo + (t + 2) * KT, p, lane);
+				as_tile<NPL, GP, true>(kq, vq, qr, acc, m, l, lo + (t + 1) * KT, p, rep, scale, softcap,
+						       lane, s_p[wid][(t + 1) & 1]);
 			}
-			float v[32];
-#pragma unroll
-			for (int k = 0; k < KT; k++)
-#pragma unroll
-				for (int g = 0; g < GP; g++) {
-					float s = 0.0f;
-#pragma unroll
-					for (int e = 0; e < NPL; e++)
-						s = fmaf(qr[g][e], kr[k][e], s);
-					v[k * GP + g] = s;
-				}
-			/* reduce-scatter: after the step of offset o, v[i] holds index
-			 * i + (lane's bits >= o); lane L ends with the sum of index L */
-			as_rs_step<16>(v, lane);
-			as_rs_step<8>(v, lane);
-			as_rs_step<4>(v, lane);
-			as_rs_step<2>(v, lane);
-			as_rs_step<1>(v, lane);
-			float s = v[0] * scale;
-			if (softcap > 0.0f)
-				s = softcap * tanhf(s / softcap);
-			if (jb + lane / GP > p || myg >= rep)
-				s = -INFINITY;
-			float tm = s;
-#pragma unroll
-			for (int o = GP; o < 32; o <<= 1)
-				tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
-			const float mn = fmaxf(m, tm);
-			const float al = mn == -INFINITY ? 1.0f : expf(m - mn);
-			const float pr = s == -INFINITY ? 0.0f : expf(s - mn);
-			float ps = pr;
-#pragma unroll
-			for (int o = GP; o < 32; o <<= 1)
-				ps += __shfl_xor_sync(0xffffffffu, ps, o);
-			l = l * al + ps;
-			m = mn;
-#pragma unroll
-			for (int g = 0; g < GP; g++) {
-				const float a = __shfl_sync(0xffffffffu, al, g);
-#pragma unroll
-				for (int e = 0; e < NPL; e++)
-					acc[g][e] *= a;
+			if (t < t1)
+				as_tile<NPL, GP, true>(ka, va, qr, acc, m, l, lo + t * KT, p, rep, scale, softcap, lane,
+						       s_p[wid][t & 1]);
+		} else {
+			for (int t = t0; t < t1; t++) {
+				float kr[KT][NPL], vr[KT][NPL];
+				as_load<NPL, KT>(kr, vr, kb, vb, rs, lo + t * KT, p, lane);
+				as_tile<NPL, GP, V2>(kr, vr, qr, acc, m, l, lo + t * KT, p, rep, scale, softcap, lane,
+						     s_p[wid][t & 1]);
 			}
-#pragma unroll
-			for (int k = 0; k < KT; k++)
-#pragma unroll
-				for (int g = 0; g < GP; g++) {
-					const float pk = __shfl_sync(0xffffffffu, pr, k * GP + g);
-#pragma unroll
-					for (int e = 0; e < NPL; e++)
-						acc[g][e] = fmaf(pk, vr[k][e], acc[g][e]);
-				}
 		}
 	}
 	/* merge the block's warps (a warp without tiles has l = 0) */
@@ -3111,45 +3205,99 @@ __global__ void __launch_bounds__(32 * AS_WARPS)
 	if (!s_last)
 		return;
 	__threadfence();
-	/* the last block: weights exp(m_b - M) per (head, block), then the sums
-	 * (__ldcg: the other blocks' partials, from L2, not a stale L1) */
-	for (int g = wid; g < rep; g += AS_WARPS) {
-		const float *pg = part + (size_t)(h0 + g) * AS_SMAX * PS;
-		float m0 = lane < nb ? __ldcg(pg + (size_t)lane * PS) : -INFINITY;
-		float m1 = lane + 32 < nb ? __ldcg(pg + (size_t)(lane + 32) * PS) : -INFINITY;
-		float l0 = lane < nb ? __ldcg(pg + (size_t)lane * PS + 1) : 0.0f;
-		float l1 = lane + 32 < nb ? __ldcg(pg + (size_t)(lane + 32) * PS + 1) : 0.0f;
-		float M = fmaxf(m0, m1);
+	if constexpr (V2) {
+		/* the last block: thread (head g, 4 dims) merges the nb partials
+		 * online, AS_MC at a time, each round's (m, l) and rows loaded
+		 * before any is used (__ldcg: from L2, not a stale L1). Every
+		 * partial has keys (block b < nb owns warp 4 b < nw): m finite,
+		 * l > 0. */
+		for (int i = threadIdx.x; i < rep * (HD / 4); i += blockDim.x) {
+			const int g = i / (HD / 4), d4 = i % (HD / 4);
+			const float *pg = part + (size_t)(h0 + g) * AS_SMAX * PS;
+			float M = -INFINITY, L = 0.0f;
+			float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			for (int b0 = 0; b0 < nb; b0 += AS_MC) {
+				float2 ml[AS_MC];
+				float4 r[AS_MC];
 #pragma unroll
-		for (int o = 16; o > 0; o >>= 1)
-			M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-		const float w0 = lane < nb ? expf(m0 - M) : 0.0f, w1 = lane + 32 < nb ? expf(m1 - M) : 0.0f;
-		s_w[g][lane] = w0;
-		s_w[g][lane + 32] = w1;
-		const float L = warp_sum(w0 * l0 + w1 * l1);
-		if (lane == 0)
-			s_L[g] = L;
-	}
-	__syncthreads();
-	for (int i = threadIdx.x; i < rep * (HD / 4); i += blockDim.x) {
-		const int g = i / (HD / 4), d4 = i % (HD / 4);
-		const float4 *pg = reinterpret_cast<const float4 *>(part + (size_t)(h0 + g) * AS_SMAX * PS + 4) + d4;
-		float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-		for (int b = 0; b < nb; b++) {
-			const float wb = s_w[g][b];
-			const float4 t = __ldcg(pg + (size_t)b * (PS / 4));
-			A.x = fmaf(wb, t.x, A.x);
-			A.y = fmaf(wb, t.y, A.y);
-			A.z = fmaf(wb, t.z, A.z);
-			A.w = fmaf(wb, t.w, A.w);
+				for (int j = 0; j < AS_MC; j++) {
+					if (b0 + j < nb) {
+						const float *pb = pg + (size_t)(b0 + j) * PS;
+						ml[j] = __ldcg(reinterpret_cast<const float2 *>(pb));
+						r[j] = __ldcg(reinterpret_cast<const float4 *>(pb + 4) + d4);
+					} else {
+						ml[j] = make_float2(-INFINITY, 0.0f);
+						r[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+					}
+				}
+				float Mn = M;
+#pragma unroll
+				for (int j = 0; j < AS_MC; j++)
+					Mn = fmaxf(Mn, ml[j].x);
+				const float f = expf(M - Mn); /* 0 in the first round (M = -inf, Mn finite) */
+				L *= f;
+				A.x *= f;
+				A.y *= f;
+				A.z *= f;
+				A.w *= f;
+#pragma unroll
+				for (int j = 0; j < AS_MC; j++) {
+					const float wb = expf(ml[j].x - Mn); /* 0 past nb */
+					L = fmaf(wb, ml[j].y, L);
+					A.x = fmaf(wb, r[j].x, A.x);
+					A.y = fmaf(wb, r[j].y, A.y);
+					A.z = fmaf(wb, r[j].z, A.z);
+					A.w = fmaf(wb, r[j].w, A.w);
+				}
+				M = Mn;
+			}
+			A.x /= L;
+			A.y /= L;
+			A.z /= L;
+			A.w /= L;
+			reinterpret_cast<float4 *>(out + (size_t)(h0 + g) * HD)[d4] = A;
 		}
-		const float L = s_L[g];
-		A.x /= L;
-		A.y /= L;
-		A.z /= L;
-		A.w /= L;
-		reinterpret_cast<float4 *>(out + (size_t)(h0 + g) * HD)[d4] = A;
+	} else {
+		/* run 22: weights exp(m_b - M) per (head, block), then the sums
+		 * (__ldcg: the other blocks' partials, from L2, not a stale L1) */
+		for (int g = wid; g < rep; g += AS_WARPS) {
+			const float *pg = part + (size_t)(h0 + g) * AS_SMAX * PS;
+			float m0 = lane < nb ? __ldcg(pg + (size_t)lane * PS) : -INFINITY;
+			float m1 = lane + 32 < nb ? __ldcg(pg + (size_t)(lane + 32) * PS) : -INFINITY;
+			float l0 = lane < nb ? __ldcg(pg + (size_t)lane * PS + 1) : 0.0f;
+			float l1 = lane + 32 < nb ? __ldcg(pg + (size_t)(lane + 32) * PS + 1) : 0.0f;
+			float M = fmaxf(m0, m1);
+#pragma unroll
+			for (int o = 16; o > 0; o >>= 1)
+				M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+			const float w0 = lane < nb ? expf(m0 - M) : 0.0f, w1 = lane + 32 < nb ? expf(m1 - M) : 0.0f;
+			s_w[g][lane] = w0;
+			s_w[g][lane + 32] = w1;
+			const float L = warp_sum(w0 * l0 + w1 * l1);
+			if (lane == 0)
+				s_L[g] = L;
+		}
+		__syncthreads();
+		for (int i = threadIdx.x; i < rep * (HD / 4); i += blockDim.x) {
+			const int g = i / (HD / 4), d4 = i % (HD / 4);
+			const float4 *pg = reinterpret_cast<const float4 *>(part + (size_t)(h0 + g) * AS_SMAX * PS + 4) + d4;
+			float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+			for (int b = 0; b < nb; b++) {
+				const float wb = s_w[g][b];
+				const float4 t = __ldcg(pg + (size_t)b * (PS / 4));
+				A.x = fmaf(wb, t.x, A.x);
+				A.y = fmaf(wb, t.y, A.y);
+				A.z = fmaf(wb, t.z, A.z);
+				A.w = fmaf(wb, t.w, A.w);
+			}
+			const float L = s_L[g];
+			A.x /= L;
+			A.y /= L;
+			A.z /= L;
+			A.w /= L;
+			reinterpret_cast<float4 *>(out + (size_t)(h0 + g) * HD)[d4] = A;
+		}
 	}
 	if (threadIdx.x == 0)
 		g_as_done[kh] = 0; /* for the next launch */
@@ -3161,23 +3309,37 @@ __global__ void __launch_bounds__(32 * AS_WARPS)
  * than the cache's tiles need. */
 static int g_as_per_sm = 2;
 
+template <int NPL, int GP>
+static void as_launch_v(int ver, dim3 grid, const float *q, const float *kcache, const float *vcache, float *out,
+			float *part, int nh, int nkv, float scale, int window, float softcap, const int *d_pos)
+{
+	if (ver == 2)
+		k_attn_split<NPL, GP, 2><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv,
+									      scale, window, softcap, d_pos);
+	else if (ver == 1)
+		k_attn_split<NPL, GP, 1><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv,
+									      scale, window, softcap, d_pos);
+	else
+		k_attn_split<NPL, GP, 0><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv,
+									      scale, window, softcap, d_pos);
+}
+
 template <int NPL>
 static void as_launch(int gp, dim3 grid, const float *q, const float *kcache, const float *vcache, float *out,
 		      float *part, int nh, int nkv, float scale, int window, float softcap, const int *d_pos)
 {
+	const int ver = g_att_impl == 3 ? 0 : g_att_impl == 4 ? 1 : 2; /* kc_attention_impl */
 	if (gp == 4)
-		k_attn_split<NPL, 4><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv, scale,
-									  window, softcap, d_pos);
+		as_launch_v<NPL, 4>(ver, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos);
 	else
-		k_attn_split<NPL, 8><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv, scale,
-									  window, softcap, d_pos);
+		as_launch_v<NPL, 8>(ver, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos);
 }
 
 static int as_try(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
 		  int nh, int nkv, int hd, float scale, int window, float softcap, int max_keys, void *scratch)
 {
 	const int rep = nh / nkv;
-	if ((g_att_impl != 0 && g_att_impl != 2) || n != 1 || rep > 8 || nkv > AS_MAXKV ||
+	if (g_att_impl == 1 || n != 1 || rep > 8 || nkv > AS_MAXKV ||
 	    (hd != 32 && hd != 64 && hd != 128 && hd != 256) ||
 	    (((uintptr_t)q | (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)out | (uintptr_t)scratch) & 15))
 		return 1;

@@ -186,7 +186,9 @@ int kc_attention(const float *q, const float *kcache, const float *vcache, float
 /* Which attention kernels run: 0 (default) the tiled kernel for n >= 16
  * and the split kernel for n == 1; 1 the chunk kernels for every n (tests
  * and benchmarks compare them); 2 as 0 with twice the split kernel's
- * blocks (benchmarks). impl < 0 only reads; returns the previous setting;
+ * blocks (benchmarks); 3 as 0 with run 22's split kernel (no pipelined
+ * loads, two-pass merge), 4 as 0 without the pipelined loads (benchmarks).
+ * impl < 0 only reads; returns the previous setting;
  * not thread-safe. */
 int kc_attention_impl(int impl);
 /* Greedy token selection on the device: d_out[0] = argmax(logits[vocab])

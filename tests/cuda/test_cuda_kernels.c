@@ -679,7 +679,7 @@ static void test_attention_ctx(const kernel_table *R, int n, int pos0, int nh, i
 	char name[96];
 	int impl = kc_attention_impl(-1);
 	snprintf(name, sizeof(name), "attention%s n%d pos%d ctx%d h%d/%d hd%d win%d cap%g",
-		 impl == 1 ? " chunk" : impl == 2 ? " split x2" : "", n, pos0, ctx, nh, nkv, hd, window, (double)softcap);
+		 impl == 1 ? " chunk" : impl == 2 ? " split x2" : impl == 3 ? " split run22" : impl == 4 ? " split nopipe" : "", n, pos0, ctx, nh, nkv, hd, window, (double)softcap);
 	compare(name, dy, ref, qn, TOL_ATT);
 	kc_free(dq); kc_free(dk); kc_free(dv); kc_free(dy); kc_free(dpos); kc_free(sc);
 	free(q); free(k); free(v); free(ref); free(scratch);
@@ -853,14 +853,23 @@ int main(int argc, char **argv)
 		test_attention(R, 530, 0, 32, 8, 128, 0, 0);      /* 8B heads, partial last tile */
 		test_attention(R, 65, 1000, 12, 4, 80, 300, 0);   /* head_dim 80, window, a later chunk of a prompt */
 	}
-	/* decode (n = 1): the split kernel (impl 0, and 2 with twice its blocks)
-	 * and the chunk kernels (1). Contexts 1, 2, 17 (one block), 100s and
-	 * 4K (partials merged by the last block; the same kv heads' counters
-	 * reused by the next case), the cache much larger than the context (as
-	 * in a captured step), the 1B/8B shapes, rep 1/2/4/7/8 (2 and 7 padded),
+	/* decode (n = 1): the split kernel (impl 0, 2 with twice its blocks, 3
+	 * run 22's kernel without the pipelined loads and online merge, 4 without
+	 * the pipelined loads) and the
+	 * chunk kernels (1). Contexts 1, 2, 17 (one block), 100s and 4K
+	 * (partials merged by the last block; the same kv heads' counters reused
+	 * by the next case), the cache much larger than the context (as in a
+	 * captured step), the 1B/8B shapes, rep 1/2/4/7/8 (2 and 7 padded),
 	 * head_dim 32..256, windows and soft-cap; rep 16 and head_dim 96 take
-	 * k_attn_dec under every impl. */
-	for (int impl = 0; impl < 3; impl++) {
+	 * k_attn_dec under every impl. Then the pipeline's prologue and
+	 * epilogue: 8B-shape tiles of 8 keys over 132 warps (33 blocks x 8 kv
+	 * heads on an H200; other counts move the edges, the cases still run):
+	 * contexts 7, 8, 9 (the last tile partial, full, one key into a second
+	 * tile), 1056 (one tile per warp), 2112 (two), 2113 (three on one warp),
+	 * 4095 / 4097 (3-4 per warp, odd and even, a partial last tile), 5000
+	 * (4-5); GP 8 (rep 8, tiles of 4 keys), head_dim 64 and 32 at 4K, and a
+	 * window with soft-cap over many tiles per warp. */
+	for (int impl = 0; impl < 5; impl++) {
 		kc_attention_impl(impl);
 		test_attention(R, 1, 0, 32, 8, 128, 0, 0);             /* context 1 */
 		test_attention(R, 1, 1, 32, 8, 128, 0, 0);             /* context 2 */
@@ -878,6 +887,13 @@ int main(int argc, char **argv)
 		test_attention(R, 1, 3, 8, 8, 32, 2, 0);               /* window 2 at a short context */
 		test_attention(R, 1, 90, 16, 1, 64, 0, 0);             /* rep 16: k_attn_dec */
 		test_attention(R, 1, 90, 6, 2, 96, 0, 0);              /* head_dim 96: k_attn_dec */
+		static const int pipe_ctx[] = {7, 8, 9, 1056, 2112, 2113, 4095, 4097, 5000};
+		for (int c = 0; c < 9; c++)
+			test_attention(R, 1, pipe_ctx[c] - 1, 32, 8, 128, 0, 0);
+		test_attention(R, 1, 4096, 64, 8, 128, 0, 0);          /* 4097, rep 8: tiles of 4 keys */
+		test_attention(R, 1, 4096, 32, 8, 64, 0, 0);           /* 4097, 1B */
+		test_attention(R, 1, 4096, 8, 8, 32, 0, 0);            /* 4097, MHA head_dim 32 */
+		test_attention(R, 1, 4999, 32, 8, 128, 2000, 30.0f);   /* window 2000 at 5000, softcap */
 	}
 	kc_attention_impl(0);
 	test_attention(R, 1, 0, 4, 2, 64, 0, 0);          /* first token */
