@@ -15,6 +15,14 @@ Threads: MLX's CPU backend decides its own (there is no thread setting).
 MLX's CPU backend is slow here (seconds per token): each measurement is
 capped at --cap seconds (decode stops early; a prefill whose estimate from
 the previous one exceeds it is skipped and reported as null).
+
+--device gpu runs on MLX's GPU backend (mlx-cuda on Linux) instead, as
+mlx-lm's own generate does: long contexts are really prefilled (in
+--prefill-step chunks, mlx-lm's default 2048), the warm-up also runs the
+longest prefill and 8 decode steps after it (MLX compiles GPU kernels at
+first use), and decode is pipelined like mlx_lm.generate_step (the next step is
+queued with async_eval before the current token is read). Without it,
+nothing changes (the CPU bench).
 """
 import argparse
 import json
@@ -33,14 +41,17 @@ def main():
     ap.add_argument("--long", type=int, nargs="*", default=[1024, 4096])
     ap.add_argument("--cap", type=float, default=20.0,
                     help="seconds per measurement: decode stops early, a prefill estimated longer is skipped")
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    ap.add_argument("--prefill-step", type=int, default=2048, help="--device gpu: prefill chunk (mlx-lm's default)")
     a = ap.parse_args()
+    gpu = a.device == "gpu"
 
     import mlx.core as mx
     from mlx_lm import load
     from mlx_lm.models.cache import make_prompt_cache
     import importlib.metadata as md
 
-    mx.set_default_device(mx.cpu)
+    mx.set_default_device(mx.gpu if gpu else mx.cpu)
     t0 = time.perf_counter()
     model, _ = load(a.mlx_dir)
     mx.eval(model.parameters())
@@ -49,12 +60,20 @@ def main():
     vocab = args.vocab_size
     nkv = args.num_key_value_heads
     hd = getattr(args, "head_dim", None) or args.hidden_size // args.num_attention_heads
-    ids = ids_like_mlxr(max(a.prefill + [16]), vocab)
+    ids = ids_like_mlxr(max(a.prefill + [16] + (a.long if gpu else [])), vocab)
 
     def prefill(n):
         cache = make_prompt_cache(model)
         t = time.perf_counter()
-        logits = model(mx.array(ids[:n])[None], cache=cache)[0, -1]
+        if gpu:  # as mlx_lm.generate_step: chunks, each evaluated, the last one's logits kept
+            i = 0
+            while n - i > a.prefill_step:
+                model(mx.array(ids[i:i + a.prefill_step])[None], cache=cache)
+                mx.eval([c.state for c in cache])
+                i += a.prefill_step
+            logits = model(mx.array(ids[i:n])[None], cache=cache)[0, -1]
+        else:
+            logits = model(mx.array(ids[:n])[None], cache=cache)[0, -1]
         tok = mx.argmax(logits).item()
         return time.perf_counter() - t, tok, cache
 
@@ -68,9 +87,32 @@ def main():
                 break
         return n / (time.perf_counter() - t)
 
+    def step(y, cache):
+        return mx.argmax(model(y.reshape(1, 1), cache=cache)[0, -1])
+
+    def decode_pipelined(cache, tok, n):
+        """tok/s over n tokens, two steps in flight (mlx_lm.generate_step's loop)."""
+        t = time.perf_counter()
+        y = step(mx.array([tok]), cache)
+        mx.async_eval(y)
+        for _ in range(n):
+            nxt = step(y, cache)
+            mx.async_eval(nxt)
+            y.item()
+            y = nxt
+        return n / (time.perf_counter() - t)
+
+    if gpu:
+        decode = decode_pipelined
     prefill(8)
+    if gpu:
+        _, tok, cache = prefill(max(a.prefill + a.long))
+        decode(cache, tok, 8)
     res = dict(engine="mlx-lm", version=f"mlx-lm {md.version('mlx-lm')}, mlx {md.version('mlx')}",
-               threads=None, load_s=load_s, prefill={}, ttft_s=None, decode={}, notes="long-context KV filled directly")
+               threads=None, load_s=load_s, prefill={}, ttft_s=None, decode={},
+               notes="prefilled, pipelined decode" if gpu else "long-context KV filled directly")
+    if gpu:
+        res.update(device=str(mx.default_device()))
     rate = None
     for n in sorted(a.prefill):
         if rate and n / rate > a.cap:
@@ -86,6 +128,10 @@ def main():
     res["decode"]["16"] = decode(cache, tok, a.decode)
     dtype = model.parameters()["model"]["norm"]["weight"].dtype
     for ctx in a.long:
+        if gpu:
+            _, tok2, cache = prefill(ctx)
+            res["decode"][str(ctx)] = decode(cache, tok2, a.decode)
+            continue
         cache = make_prompt_cache(model)
         for c in cache:
             kv = (mx.random.normal((1, nkv, ctx, hd)) * 0.1).astype(dtype)
