@@ -116,9 +116,10 @@ int session_init(session *s, const mf_files *f, int ctx, char *err, size_t errle
 		ctx = 4096;
 	if (ctx > c->max_pos)
 		ctx = c->max_pos;
-	if (model_check_memory(c, s->m.weight_bytes, ctx, SESSION_PREFILL_BATCH, s->gpu != NULL, err, errlen))
+	const int batch = s->gpu ? SESSION_PREFILL_BATCH_GPU : SESSION_PREFILL_BATCH;
+	if (model_check_memory(c, s->m.weight_bytes, ctx, batch, s->gpu != NULL, err, errlen))
 		goto fail;
-	if (model_state_init(&s->st, &s->m, s->gpu ? 1 : ctx, SESSION_PREFILL_BATCH)) {
+	if (model_state_init(&s->st, &s->m, s->gpu ? 1 : ctx, batch)) {
 		snprintf(err, errlen, "out of memory for a %d-token context", ctx);
 		goto fail;
 	}
