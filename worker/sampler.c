@@ -231,6 +231,12 @@ static int sorted_prefix(sampler *s, const float *e, const float *l, float thr, 
 static float topp_threshold(const float *e, int V, double target)
 {
 	static _Thread_local double mass[HBINS];
+	/* target 0 (Z == 0: every weight is 0, as for all-NaN or all -inf
+	 * logits or a +inf maximum) is "reached" by the empty top bin, whose
+	 * threshold lies above every weight: an empty prefix, read at [-1].
+	 * Threshold 0 keeps everything (finish then gives the argmax). */
+	if (!(target > 0))
+		return 0.0f;
 	memset(mass, 0, sizeof(mass));
 	for (int i = 0; i < V; i++) {
 		uint32_t b = sm_f2u(e[i]) >> 20; /* e in [0, 1]: b <= 0x3f8 */

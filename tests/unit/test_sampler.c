@@ -265,6 +265,38 @@ static void test_vs_reference(void)
 	      "every path was exercised");
 }
 
+/* Every weight 0 (Z == 0: all logits NaN, all -inf, or a +inf maximum)
+ * with top-p alone: the sorted path's histogram once chose a threshold
+ * above every weight, an empty prefix read at index -1 (ASan: heap
+ * overflow in sampler_pick). The pick is the argmax (total not > 0). */
+static void test_zero_total(void)
+{
+	const int Vs[] = { 10, 300, 70000 };
+	for (int vi = 0; vi < 3; vi++)
+		for (int kind = 0; kind < 3; kind++) {
+			int V = Vs[vi];
+			float *l = malloc(sizeof(float) * (size_t)V);
+			for (int i = 0; i < V; i++)
+				l[i] = kind == 0 ? NAN : kind == 1 ? -INFINITY : (float)(i % 17);
+			if (kind == 2)
+				l[V / 3] = INFINITY;
+			sampler_params p;
+			memset(&p, 0, sizeof(p));
+			p.temperature = 1.0f;
+			p.top_p = 0.9f;
+			p.repeat_penalty = 1.0f;
+			p.seed = 3;
+			sampler s;
+			sampler_init(&s, V, &p);
+			int a = sampler_pick(&s, l, NULL, 0), want = kind == 2 ? V / 3 : 0;
+			CHECK(sampler_path(&p, V) == SAMPLER_SORTED && a == want,
+			      "top-p with every weight 0 (V %d, %s) picks the argmax %d (got %d)", V,
+			      kind == 0 ? "NaN" : kind == 1 ? "-inf" : "+inf max", want, a);
+			sampler_free(&s);
+			free(l);
+		}
+}
+
 /* Draws follow the distribution: 8 tokens with logits log(w), T = 1, no
  * truncation (index-order walk) and top-k 8 / top-p 0.999 (sorted walk);
  * 80000 draws each, fixed seed (deterministic); chi-square with 7 degrees
@@ -372,6 +404,7 @@ int main(void)
 	}
 	test_exp();
 	test_vs_reference();
+	test_zero_total();
 	test_distribution();
 	if (fails) {
 		printf("%d FAILED\n", fails);
