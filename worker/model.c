@@ -333,7 +333,10 @@ int model_check_memory(const model_config *c, uint64_t weight_bytes, int ctx, in
 {
 	uint64_t kv = 2ull * (uint64_t)c->n_layers * (uint64_t)ctx * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim *
 		      (model_kv_dtype() == KDT_F32 ? 4 : 2);
-	uint64_t scratch = (uint64_t)batch * ((uint64_t)c->vocab + (uint64_t)ctx + 8ull * (uint64_t)(c->hidden + c->inter)) * 4;
+	/* host scratch of model_state_init: a GPU session's host state has a
+	 * 1-token context (its scores row is 1 wide) */
+	uint64_t sctx = gpu ? 1 : (uint64_t)ctx;
+	uint64_t scratch = (uint64_t)batch * ((uint64_t)c->vocab + sctx + 8ull * (uint64_t)(c->hidden + c->inter)) * 4;
 	/* With a GPU the weights and the cache live in device memory (the
 	 * backend checks that); the host keeps the logits scratch only. */
 	uint64_t need = gpu ? scratch : weight_bytes + kv + scratch, avail = mem_available();
