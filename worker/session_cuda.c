@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/ksample.h"
 #include "worker/forward_cuda.h"
 #include "worker/session.h"
 #include "worker/session_cuda.h"
@@ -143,44 +142,48 @@ static int cu_greedy_token(session *s, int pos, int *tok)
 	return gpu_greedy_token(&h->st, pos, tok);
 }
 
-/* The device sampler covers greedy with penalties, top-k up to KS_MAX_K
- * (with top-p, min-p, penalties) and no truncation up to KS_MAX_ALL
- * entries; top-p / min-p without top-k (a sort of the whole vocabulary)
- * and larger k stay on the CPU (returns 0). */
-static int cu_sample_begin(session *s, const sampler_params *p, uint64_t rng, const int *ids, size_t n)
+int session_cuda_ks_params(const sampler_params *p, int vocab, uint64_t rng, ks_params *k)
 {
-	cu_handle *h = s->gh;
-	int V = s->m.cfg.vocab;
-	ks_params k = { 0 };
-	switch (sampler_path(p, V)) {
+	memset(k, 0, sizeof(*k));
+	switch (sampler_path(p, vocab)) {
 	case SAMPLER_GREEDY:
-		k.mode = KS_GREEDY;
+		k->mode = KS_GREEDY;
 		break;
 	case SAMPLER_TOPK:
 		if (p->top_k > KS_MAX_K)
-			return 0;
-		k.mode = KS_TOPK;
+			return -1;
+		k->mode = KS_TOPK;
 		break;
 	case SAMPLER_ALL:
-		if (V > KS_MAX_ALL)
-			return 0;
-		k.mode = KS_ALL;
+		if (vocab > KS_MAX_ALL)
+			return -1;
+		k->mode = KS_ALL;
 		break;
 	default:
-		return 0;
+		return -1;
 	}
-	if (n > (size_t)h->st.ctx)
+	k->top_k = p->top_k;
+	k->temperature = p->temperature;
+	k->top_p = p->top_p;
+	k->min_p = p->min_p;
+	k->penalize = sampler_penalized(p);
+	k->repeat_last_n = p->repeat_last_n;
+	k->repeat_penalty = p->repeat_penalty;
+	k->presence_penalty = p->presence_penalty;
+	k->frequency_penalty = p->frequency_penalty;
+	k->rng = rng;
+	return 0;
+}
+
+/* 1 with the parameters and the prompt (the penalties' history) on the
+ * device, 0 where the CPU sampler must run (session_cuda_ks_params), -1
+ * on a device error. */
+static int cu_sample_begin(session *s, const sampler_params *p, uint64_t rng, const int *ids, size_t n)
+{
+	cu_handle *h = s->gh;
+	ks_params k;
+	if (n > (size_t)h->st.ctx || session_cuda_ks_params(p, s->m.cfg.vocab, rng, &k))
 		return 0;
-	k.top_k = p->top_k;
-	k.temperature = p->temperature;
-	k.top_p = p->top_p;
-	k.min_p = p->min_p;
-	k.penalize = sampler_penalized(p);
-	k.repeat_last_n = p->repeat_last_n;
-	k.repeat_penalty = p->repeat_penalty;
-	k.presence_penalty = p->presence_penalty;
-	k.frequency_penalty = p->frequency_penalty;
-	k.rng = rng;
 	if (ks_set(&h->ks, &k) || (n && kc_upload(h->st.d_hist, ids, n * sizeof(int))))
 		return -1;
 	return 1;

@@ -1,16 +1,24 @@
 /* worker/session_cuda.h — the GPU backend of a session (session.h's
  * session_gpu) on CUDA device 0. Linked only into a worker built with
- * nvcc (MLXR_CUDA). */
+ * nvcc (MLXR_CUDA) and the GPU tests. */
 #ifndef MLXR_SESSION_CUDA_H
 #define MLXR_SESSION_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include "kernels/cuda/ksample.h"
+#include "worker/sampler.h"
 #include "worker/session.h"
 
 extern const session_gpu session_cuda;
 /* cuInit, the context, the stream, the pinned slots (kc_init(0)). Call
  * after the GPU worker's Landlock step and before its seccomp step. */
 int session_cuda_init(char *err, size_t errlen);
+/* The device sampler's parameters for p (rng: the sampler's state), or -1
+ * where it does not cover them: top-p / min-p without top-k (a sort of the
+ * whole vocabulary), top_k > KS_MAX_K, no truncation over more than
+ * KS_MAX_ALL entries; those stay on the CPU sampler. */
+int session_cuda_ks_params(const sampler_params *p, int vocab, uint64_t rng, ks_params *k);
 
 #endif

@@ -22,6 +22,7 @@
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/ksample.h"
 #include "worker/sampler.h"
+#include "worker/session_cuda.h"
 
 #define HCAP 4096
 #define PICKS 4
@@ -63,30 +64,6 @@ static void rand_logits(float *l, int V, int kind)
 		l[rnd() % V] = -INFINITY;
 		l[rnd() % V] = NAN;
 	}
-}
-
-/* ks_params from sampler_params as worker/session_cuda.c makes them; -1
- * if the device does not cover them. */
-static int to_ks(const sampler_params *p, int V, uint64_t rng, ks_params *k)
-{
-	memset(k, 0, sizeof(*k));
-	switch (sampler_path(p, V)) {
-	case SAMPLER_GREEDY: k->mode = KS_GREEDY; break;
-	case SAMPLER_TOPK: k->mode = KS_TOPK; break;
-	case SAMPLER_ALL: k->mode = KS_ALL; break;
-	default: return -1;
-	}
-	k->top_k = p->top_k;
-	k->temperature = p->temperature;
-	k->top_p = p->top_p;
-	k->min_p = p->min_p;
-	k->penalize = sampler_penalized(p);
-	k->repeat_last_n = p->repeat_last_n;
-	k->repeat_penalty = p->repeat_penalty;
-	k->presence_penalty = p->presence_penalty;
-	k->frequency_penalty = p->frequency_penalty;
-	k->rng = rng;
-	return 0;
 }
 
 typedef struct {
@@ -131,7 +108,7 @@ static int run_case(rig *r, const sampler_params *p, int *hist, int nh, const ch
 	ks_params k;
 	if (sampler_init(&s, r->V, p))
 		die("sampler_init");
-	if (to_ks(p, r->V, s.rng, &k) || ks_set(&r->ks, &k))
+	if (session_cuda_ks_params(p, r->V, s.rng, &k) || ks_set(&r->ks, &k))
 		die("ks_set");
 	if (nh && kc_upload(r->d_hist, hist, sizeof(int) * (size_t)nh))
 		die("upload hist");
@@ -216,7 +193,7 @@ static void bench(rig *r, const sampler_params *p, const char *name)
 	int hist[64], pos = 64, tok;
 	for (int i = 0; i < 64; i++)
 		hist[i] = (int)(rnd() % (uint32_t)r->V);
-	if (sampler_init(&s, r->V, p) || to_ks(p, r->V, s.rng, &k) || ks_set(&r->ks, &k) ||
+	if (sampler_init(&s, r->V, p) || session_cuda_ks_params(p, r->V, s.rng, &k) || ks_set(&r->ks, &k) ||
 	    kc_upload(r->d_hist, hist, sizeof(hist)) || kc_upload(r->d_pos, &pos, sizeof(int)))
 		die("bench set-up");
 	for (int i = 0; i < N; i++) {
@@ -266,7 +243,7 @@ int main(int argc, char **argv)
 				hist[i] = (int)(rnd() % 20u) * (r.V / 20 > 0 ? r.V / 20 : 1) % r.V;
 			rand_logits(r.l0, r.V, (int)(rnd() % 5));
 			ks_params k;
-			if (to_ks(&p, r.V, 0, &k))
+			if (session_cuda_ks_params(&p, r.V, 0, &k))
 				continue;
 			per[k.mode]++;
 			char what[64];
