@@ -406,33 +406,61 @@ int gpu_logits(const gpu_model *g, const gpu_state *s, float *out, int rows)
 	return kc_download(out, s->logits, (size_t)rows * (size_t)g->cfg.vocab * sizeof(float));
 }
 
-/* One greedy step: token = argmax(logits row 0) -> d_next and
- * d_hist[*d_pos]; then the forward pass of that token at *d_pos. */
-static int queue_greedy_step(const gpu_model *g, gpu_state *s)
+/* Captures pick + the forward pass of d_next at *d_pos into *graph,
+ * once: a decode step whose token pick(arg) writes to d_next and
+ * d_hist[*d_pos] (every kernel of it must have run outside a capture
+ * first: module loading cannot happen inside one). */
+static int capture_step(const gpu_model *g, gpu_state *s, kc_graph **graph, int (*pick)(void *), void *arg)
 {
-	if (kc_argmax(s->logits, g->cfg.vocab, s->d_next, s->d_hist, s->d_pos))
+	if (*graph)
+		return 0;
+	if (kc_capture_begin())
 		return -1;
-	return queue_forward(g, s, s->d_next, 1, 0);
+	int rc = pick(arg);
+	if (!rc)
+		rc = queue_forward(g, s, s->d_next, 1, 0);
+	kc_graph *gr = NULL;
+	if (kc_capture_end(&gr) || rc) {
+		kc_graph_free(gr);
+		return -1;
+	}
+	*graph = gr;
+	return 0;
 }
 
-/* Captures the greedy step once (every kernel of it ran outside the
- * capture first: module loading cannot happen inside one). */
+/* Replays a captured step at s->pos and stages its token for
+ * gpu_greedy_token. */
+static int launch_step(gpu_state *s, kc_graph *graph)
+{
+	int p = s->pos;
+	if (kc_graph_launch(graph) || kc_stage_int(s->d_hist + p, p % KC_STAGE_SLOTS))
+		return -1;
+	s->pos++;
+	return 0;
+}
+
+typedef struct {
+	const gpu_model *g;
+	gpu_state *s;
+} greedy_arg;
+
+/* The greedy step's pick: argmax(logits row 0). */
+static int greedy_pick(void *arg)
+{
+	const greedy_arg *a = arg;
+	return kc_argmax(a->s->logits, a->g->cfg.vocab, a->s->d_next, a->s->d_hist, a->s->d_pos);
+}
+
+/* The greedy step, captured once (its argmax run outside the capture
+ * first). */
 static int ensure_step(const gpu_model *g, gpu_state *s)
 {
 	if (s->step)
 		return 0;
 	if (kc_argmax(s->logits, g->cfg.vocab, s->d_next, NULL, s->d_pos) || kc_sync())
 		return -1;
-	if (kc_capture_begin())
-		return -1;
-	int rc = queue_greedy_step(g, s);
-	kc_graph *gr = NULL;
-	if (kc_capture_end(&gr) || rc) {
-		kc_graph_free(gr);
-		return -1;
-	}
-	s->step = gr;
-	return 0;
+	greedy_arg a = {g, s};
+	return capture_step(g, s, &s->step, greedy_pick, &a);
 }
 
 int gpu_decode_greedy(const gpu_model *g, gpu_state *s, int steps, int *out)
@@ -465,11 +493,7 @@ int gpu_greedy_queue(const gpu_model *g, gpu_state *s)
 {
 	if (s->pos + 1 > s->ctx || ensure_step(g, s))
 		return -1;
-	int p = s->pos;
-	if (kc_graph_launch(s->step) || kc_stage_int(s->d_hist + p, p % KC_STAGE_SLOTS))
-		return -1;
-	s->pos++;
-	return 0;
+	return launch_step(s, s->step);
 }
 
 int gpu_greedy_token(gpu_state *s, int pos, int *tok)
@@ -479,31 +503,11 @@ int gpu_greedy_token(gpu_state *s, int pos, int *tok)
 	return kc_stage_wait(pos % KC_STAGE_SLOTS, tok);
 }
 
-/* The step of gpu_greedy_queue with another token choice: pick(arg)
- * queues a kernel that writes the token to d_next and d_hist[*d_pos] (the
- * sampler of kernels/cuda/ksample.h), captured with the forward pass of
- * d_next into *graph once (the caller's; kc_graph_free); replays are
- * followed by the staged copy of d_hist[pos], as in the greedy step. */
+/* The step of gpu_greedy_queue with another token choice (pick: the
+ * sampler of kernels/cuda/ksample.h), captured into the caller's *graph. */
 int gpu_token_queue(const gpu_model *g, gpu_state *s, kc_graph **graph, int (*pick)(void *), void *arg)
 {
-	if (s->pos + 1 > s->ctx)
+	if (s->pos + 1 > s->ctx || capture_step(g, s, graph, pick, arg))
 		return -1;
-	if (!*graph) {
-		if (kc_capture_begin())
-			return -1;
-		int rc = pick(arg);
-		if (!rc)
-			rc = queue_forward(g, s, s->d_next, 1, 0);
-		kc_graph *gr = NULL;
-		if (kc_capture_end(&gr) || rc) {
-			kc_graph_free(gr);
-			return -1;
-		}
-		*graph = gr;
-	}
-	int p = s->pos;
-	if (kc_graph_launch(*graph) || kc_stage_int(s->d_hist + p, p % KC_STAGE_SLOTS))
-		return -1;
-	s->pos++;
-	return 0;
+	return launch_step(s, *graph);
 }
