@@ -8,7 +8,7 @@ O=${OUT:-/tmp}; export LD_LIBRARY_PATH="$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export MLXR_HOME=/tmp/mlxr-home HOME=/tmp/mlxr-home; mkdir -p $MLXR_HOME
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tail -1
 uname -r; ls -l /dev/nvidia* 2>&1 | head -8
-echo "== kernels"; timeout 90 "$B/test_cuda_kernels" > "$O/kernels.log" 2>&1; k=$?; grep -v '^ok' "$O/kernels.log" | tail -4
+echo "== kernels"; timeout 240 "$B/test_cuda_kernels" > "$O/kernels.log" 2>&1; k=$?; grep -v '^ok' "$O/kernels.log" | tail -4
 echo "== forward"; timeout 120 "$B/test_cuda_forward" "$FX" > "$O/forward.log" 2>&1; f=$?; tail -4 "$O/forward.log"
 echo "== sandbox learn"; timeout 60 "$B/test_gpu_sandbox" "$FX" --learn > "$O/learn.log" 2>&1; echo "rc=$?"; tail -25 "$O/learn.log"
 echo "== sandbox proof"; timeout 60 "$B/test_gpu_sandbox" "$FX" > "$O/proof.log" 2>&1; s=$?; echo "rc=$s (159 = SIGSYS)"; tail -24 "$O/proof.log"

@@ -7,7 +7,7 @@
 B=$(cd "$1" && pwd); L=$(cd "$2" && pwd); FX=$(cd "$3" && pwd); shift 3
 O=${OUT:-/tmp}; export LD_LIBRARY_PATH="$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tail -1
-timeout 120 "$B/test_cuda_kernels" > "$O/kernels.log" 2>&1; k=$?
+timeout 240 "$B/test_cuda_kernels" > "$O/kernels.log" 2>&1; k=$?
 timeout 150 "$B/test_cuda_forward" "$FX" > "$O/forward.log" 2>&1; f=$?
 timeout 240 "$B/cuda-bench" "$@" > "$O/bench.log" 2>&1; b=$?
 [ -n "$VARIANT_ENV" ] && env $VARIANT_ENV timeout 120 "$B/cuda-bench" 1b 8b > "$O/bench3.log" 2>&1 # the same under VARIANT_ENV (e.g. MLXR_CUDA_PDL=0)

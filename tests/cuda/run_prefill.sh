@@ -7,7 +7,7 @@
 B=$(cd "$1" && pwd); L=$(cd "$2" && pwd); FX=$(cd "$3" && pwd)
 O=${OUT:-/tmp}; export LD_LIBRARY_PATH="$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tail -1
-timeout 150 "$B/test_cuda_kernels" > "$O/kernels.log" 2>&1; k=$?
+timeout 240 "$B/test_cuda_kernels" > "$O/kernels.log" 2>&1; k=$?
 timeout 120 "$B/test_cuda_forward" "$FX" > "$O/forward.log" 2>&1; f=$?
 timeout 200 "$B/cuda-bench" gemm 1b 8b > "$O/bench.log" 2>&1; b=$?
 if [ "${PROF:-0}" = 1 ] && command -v ncu >/dev/null; then
