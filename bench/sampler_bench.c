@@ -37,27 +37,20 @@ int main(void)
 		const char *name;
 		sampler_params p;
 	} sets[6];
-	for (int i = 0; i < 6; i++) {
-		memset(&sets[i].p, 0, sizeof(sampler_params));
-		sets[i].p.repeat_penalty = 1.0f;
-		sets[i].p.top_p = 1.0f;
-	}
+	for (int i = 0; i < 6; i++)
+		sampler_neutral(&sets[i].p); /* T 1, no truncation, no penalties */
 	sets[0].name = "ollama (T 0.8 k 40 p 0.9 rep 1.1/64)";
 	sampler_defaults(&sets[0].p);
 	sets[1].name = "openai (T 1, top_p 1)";
-	sets[1].p.temperature = 1.0f;
 	sets[2].name = "top_p 0.9 alone (T 1)";
-	sets[2].p.temperature = 1.0f;
 	sets[2].p.top_p = 0.9f;
 	sets[3].name = "min_p 0.05 alone (T 1)";
-	sets[3].p.temperature = 1.0f;
 	sets[3].p.min_p = 0.05f;
 	sets[4].name = "top_k 1024 (T 1)";
-	sets[4].p.temperature = 1.0f;
 	sets[4].p.top_k = 1024;
 	sets[5].name = "greedy, rep 1.1/64";
+	sets[5].p.temperature = 0.0f;
 	sets[5].p.repeat_penalty = 1.1f;
-	sets[5].p.repeat_last_n = 64;
 	for (int k = 0; k < 6; k++) {
 		sampler s;
 		if (sampler_init(&s, NV, &sets[k].p))

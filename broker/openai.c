@@ -117,7 +117,9 @@ static int bool_in(const json_value *o, const char *key, int *out, oai_err *e)
 }
 
 /* Sampling parameters shared by the three generation endpoints. Defaults
- * are the OpenAI API's: temperature 1, top_p 1, no top-k, no penalties. */
+ * are the OpenAI API's: temperature 1, top_p 1, no top-k, no penalties.
+ * top_p 0 keeps only the most probable token (greedy, as llama.cpp does
+ * and OpenAI clients expect); outside [0, 1] it is a 400 naming top_p. */
 static int sampling(const json_value *o, wc_request *r, oai_err *e)
 {
 	r->temperature = 1.0f;

@@ -26,8 +26,11 @@ static int num(const char *s, double lo, double hi, double *out)
 }
 
 /* Settings by name: the flag names (without --) and Ollama's parameter
- * names. */
-static int set_one(run_opts *o, const char *k, const char *v, char *err, size_t errlen)
+ * names; errors name the setting as the user wrote it (shown: "--top-p"
+ * for a flag, "top_p" for /set). Every bound is checked here, NaN and
+ * infinities included: top_p 0 is greedy (worker/sampler.h), so a value
+ * outside [0, 1] is an error, never "off". */
+static int set_one(run_opts *o, const char *k, const char *shown, const char *v, char *err, size_t errlen)
 {
 	double d;
 	struct {
@@ -49,7 +52,7 @@ static int set_one(run_opts *o, const char *k, const char *v, char *err, size_t 
 		if (strcmp(k, tab[i].a) && strcmp(k, tab[i].b))
 			continue;
 		if (num(v, tab[i].lo, tab[i].hi, &d)) {
-			snprintf(err, errlen, "%s: '%s' is not a number in [%g, %g]", k, v, tab[i].lo, tab[i].hi);
+			snprintf(err, errlen, "%s: '%s' is not a number in [%g, %g]", shown, v, tab[i].lo, tab[i].hi);
 			return -1;
 		}
 		switch (tab[i].kind) {
@@ -67,7 +70,7 @@ static int set_one(run_opts *o, const char *k, const char *v, char *err, size_t 
 		}
 		return 0;
 	}
-	snprintf(err, errlen, "unknown setting '%s'", k);
+	snprintf(err, errlen, "unknown setting '%s'", shown);
 	return -1;
 }
 
@@ -91,7 +94,7 @@ int runopts_set(run_opts *o, const char *kv, char *err, size_t errlen)
 		snprintf(err, errlen, "the context size is fixed when the model loads (--ctx)");
 		return -1;
 	}
-	return set_one(o, k, sp, err, errlen);
+	return set_one(o, k, k, sp, err, errlen);
 }
 
 int runopts_parse(run_opts *o, int argc, char **argv, char *err, size_t errlen)
@@ -127,7 +130,7 @@ int runopts_parse(run_opts *o, int argc, char **argv, char *err, size_t errlen)
 				o->req.stops[o->req.n_stops++] = v;
 				continue;
 			}
-			if (set_one(o, k, v, err, errlen))
+			if (set_one(o, k, a, v, err, errlen))
 				return -1;
 			continue;
 		}

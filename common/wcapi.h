@@ -48,7 +48,10 @@ typedef struct {
 	const char *prompt;
 	size_t prompt_len;
 	int parse_special;   /* raw prompt only: recognise special tokens */
-	/* Sampling (see worker/sampler.h); temperature 0 is greedy. */
+	/* Sampling (see worker/sampler.h); temperature 0 is greedy, and so
+	 * is top_p 0 (top_p 1 is off): set them through wc_request_defaults
+	 * or explicitly, never from a zeroed struct. The unpacker rejects
+	 * top_p outside [0, 1]. */
 	float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
 	int top_k, repeat_last_n;
 	uint64_t seed;

@@ -17,17 +17,19 @@
 
 #include "worker/sample_math.h"
 
+void sampler_neutral(sampler_params *p)
+{
+	*p = (sampler_params){ .temperature = 1.0f, .top_p = 1.0f, .repeat_penalty = 1.0f, .repeat_last_n = 64 };
+}
+
 void sampler_defaults(sampler_params *p)
 {
 	/* Ollama's defaults, so `mlxr run` behaves as its users expect. */
-	memset(p, 0, sizeof(*p));
+	sampler_neutral(p);
 	p->temperature = 0.8f;
 	p->top_k = 40;
 	p->top_p = 0.9f;
-	p->min_p = 0.0f;
 	p->repeat_penalty = 1.1f;
-	p->repeat_last_n = 64;
-	p->seed = 0;
 }
 
 int sampler_init(sampler *s, int vocab, const sampler_params *p)
@@ -76,13 +78,16 @@ int sampler_penalized(const sampler_params *p)
 					p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
 }
 
+/* The one place that decides greedy: sampler_pick and the GPU backend's
+ * choices (session.c's dev_greedy, session_cuda_ks_params) all ask here,
+ * so top_p 0 reaches no path that would read it as "off". */
 int sampler_path(const sampler_params *p, int vocab)
 {
-	if (p->temperature <= 0.0f)
+	if (p->temperature <= 0.0f || !(p->top_p > 0.0f))
 		return SAMPLER_GREEDY;
 	if (p->top_k > 0 && p->top_k < vocab)
 		return SAMPLER_TOPK;
-	if ((p->top_p > 0 && p->top_p < 1.0f) || p->min_p > 0)
+	if (p->top_p < 1.0f || p->min_p > 0)
 		return SAMPLER_SORTED;
 	return SAMPLER_ALL;
 }

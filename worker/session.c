@@ -355,15 +355,16 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 	stats->prefilled = n - keep;
 	/* On a GPU the token is chosen on the device and the next step is
 	 * queued before it is read back (two steps in flight); the logits
-	 * never leave the device. Greedy without penalties: the argmax inside
-	 * the captured step (dev_greedy). Every other setting the device
+	 * never leave the device. Greedy (sampler_path: temperature <= 0 or
+	 * top_p 0) without penalties: the argmax inside the captured step
+	 * (dev_greedy). Every other setting the device
 	 * sampler covers (sample_begin; the same token as sampler_pick):
 	 * dev_sample, the sampler kernel captured with the forward pass of its
 	 * token (queued the same way). The rest copies the last logits row
 	 * back and uses sampler_pick, as on the CPU. MLXR_GPU_SAMPLE=0 turns
 	 * the device sampler off (comparisons). */
 	const sampler_params *sp = &p->sp;
-	int dev_greedy = s->gpu && sp->temperature <= 0.0f && !sampler_penalized(sp);
+	int dev_greedy = s->gpu && sampler_path(sp, (int)V) == SAMPLER_GREEDY && !sampler_penalized(sp);
 	int dev_sample = 0;
 	const char *gs = getenv("MLXR_GPU_SAMPLE");
 	if (s->gpu && !dev_greedy && s->gpu->sample_begin && !(gs && gs[0] == '0')) {

@@ -145,6 +145,9 @@ static int cu_greedy_token(session *s, int pos, int *tok)
 int session_cuda_ks_params(const sampler_params *p, int vocab, uint64_t rng, ks_params *k)
 {
 	memset(k, 0, sizeof(*k));
+	/* The mode is sampler_path's, so top_p 0 is KS_GREEDY (no draw, as
+	 * sampler_pick) and KS_TOPK / KS_ALL only see top_p > 0, where the
+	 * kernel's "in (0, 1) truncates, else off" is sampler_pick's. */
 	switch (sampler_path(p, vocab)) {
 	case SAMPLER_GREEDY:
 		k->mode = KS_GREEDY;

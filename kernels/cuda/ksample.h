@@ -9,7 +9,8 @@
  *   *d_pos) (prompt ids uploaded by the caller, generated ids written by
  *   the kernel itself): counts in a [vocab] array that the kernel leaves
  *   zero again, each distinct id penalised once;
- * - greedy (temperature <= 0): argmax by (key desc, index asc);
+ * - greedy (sampler_path's SAMPLER_GREEDY: temperature <= 0 or top_p 0):
+ *   argmax by (key desc, index asc);
  * - top-k (k <= KS_MAX_K): radix select of the k-th key (4 passes of 8
  *   bits, warp-aggregated shared-memory histograms), the candidates above
  *   it plus the ties at it (up to KS_TIES in shared memory, else a
@@ -58,7 +59,8 @@ typedef struct {
 	int mode;             /* KS_* */
 	int top_k;            /* KS_TOPK: 1..KS_MAX_K, < vocab */
 	float temperature;    /* > 0 unless KS_GREEDY */
-	float top_p;          /* in (0, 1) to truncate, else off */
+	float top_p;          /* in (0, 1) to truncate, else off (0 never gets
+			       * here: sampler_path makes it KS_GREEDY) */
 	float min_p;          /* > 0 to truncate */
 	int penalize;         /* apply the three penalties below */
 	int repeat_last_n;    /* window, > 0 when penalize */

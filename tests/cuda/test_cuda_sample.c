@@ -7,7 +7,8 @@
  * entries) over vocabularies of 2 to 128,256, temperature 0 with
  * penalties, top-k 1..1024 with top-p / min-p, no truncation; then fixed
  * ones (k = 1, 40, 1024 on the Llama 3 vocabulary, all-equal logits with
- * more ties than the kernel's tie buffer).
+ * more ties than the kernel's tie buffer, top-p 0 at temperature 0.8:
+ * greedy after penalties on both sides, no draw).
  *
  * `test_cuda_sample bench` also prints the time of one pick: the device
  * sampler (launch + wait) against the copy-back path (512 KB of logits to
@@ -146,7 +147,7 @@ static int run_case(rig *r, const sampler_params *p, int *hist, int nh, const ch
 
 static void random_params(sampler_params *p, int V)
 {
-	memset(p, 0, sizeof(*p));
+	sampler_neutral(p); /* every field is set below */
 	const float temps[] = { 0, 0.5f, 0.8f, 1, 1.7f };
 	const int ks[] = { 0, 1, 2, 3, 40, 65, 100, 257, 1000, 1024 };
 	const float tps[] = { 1, 0.9f, 0.5f, 0.1f, 0.999f };
@@ -276,10 +277,11 @@ int main(int argc, char **argv)
 		{ "no truncation, all equal", 1.0f, 0, 1, 0, 1, 2 },
 		{ "no truncation, NaN/-0/-inf", 0.7f, 0, 1, 0, 1.3f, 3 },
 		{ "temperature 0 + repeat penalty", 0.0f, 0, 1, 0, 1.5f, 4 },
+		{ "top-p 0 (greedy) at T .8, k 40 + repeat penalty", 0.8f, 40, 0, 0, 1.5f, 4 },
 	};
 	for (size_t i = 0; i < sizeof(fx) / sizeof(fx[0]); i++) {
 		sampler_params p;
-		memset(&p, 0, sizeof(p));
+		sampler_neutral(&p);
 		p.temperature = fx[i].T;
 		p.top_k = fx[i].k;
 		p.top_p = fx[i].top_p;
@@ -301,16 +303,13 @@ int main(int argc, char **argv)
 		rand_logits(r.l0, r.V, 4);
 		sampler_defaults(&p);
 		bench(&r, &p, "Ollama (T .8 k 40 p .9 rep 1.1)");
-		memset(&p, 0, sizeof(p));
-		p.temperature = 1.0f;
-		p.top_p = 1.0f;
-		p.repeat_penalty = 1.0f;
+		sampler_neutral(&p);
 		bench(&r, &p, "OpenAI (T 1, top_p 1)");
 		p.top_k = 1024;
 		bench(&r, &p, "top_k 1024");
-		memset(&p, 0, sizeof(p));
+		sampler_neutral(&p);
+		p.temperature = 0.0f;
 		p.repeat_penalty = 1.1f;
-		p.repeat_last_n = 64;
 		bench(&r, &p, "greedy + rep 1.1");
 	}
 	rig_free(&r);

@@ -140,8 +140,8 @@ int main(int argc, char **argv)
 	gen_stats st;
 	memset(&gp, 0, sizeof(gp));
 	gp.max_tokens = GEN;
+	sampler_neutral(&gp.sp);
 	gp.sp.temperature = 0; /* device-side selection, two steps in flight */
-	gp.sp.repeat_penalty = 1.0f;
 	session_reset(&gpu);
 	if (session_generate(&gpu, ids, 8, &gp, emit_cb, NULL, &st, err, sizeof(err)) || st.generated < 1) {
 		printf("FAIL session_generate greedy: %s\n", err);

@@ -51,6 +51,24 @@ def test_seed_gives_the_same_answer(smol):
     assert len(others | {a.stdout}) > 1, "different seeds all gave one answer"
 
 
+def test_top_p_zero_is_greedy(smol):
+    # top_p 0 keeps only the most probable token: temperature 1.5 with a
+    # seed gives temperature 0's text (both with run's repeat penalty 1.1).
+    args = ["run", smol, "--max", "24", "--raw", "Once upon a time"]
+    greedy = mlxr(*args, "--temp", "0")
+    assert greedy.returncode == 0, greedy.stderr
+    for seed in ("1", "2"):
+        r = mlxr(*args, "--temp", "1.5", "--top-p", "0", "--seed", seed)
+        assert r.returncode == 0 and r.stdout == greedy.stdout, r.stderr
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "nan", "inf"])
+def test_top_p_outside_0_1_is_refused_naming_the_flag(value):
+    # Checked before the model is looked up: no model needed.
+    r = mlxr("run", "some/model", "--top-p", value, "hi")
+    assert r.returncode == 2 and f"--top-p: '{value}' is not a number in [0, 1]" in r.stderr, r.stderr
+
+
 def test_max_tokens_and_verbose_stats(smol):
     r = mlxr("run", smol, "--temp", "0", "--max", "5", "--raw", "--verbose", "The sky is")
     assert r.returncode == 0, r.stderr

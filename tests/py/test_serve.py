@@ -135,6 +135,41 @@ def test_same_seed_same_answer(client):
     assert a.choices[0].message.content == b.choices[0].message.content
 
 
+def test_top_p_zero_is_greedy(client):
+    """top_p 0 keeps only the most probable token (greedy, as llama.cpp
+    reads it and OpenAI clients expect): at temperature 1.5 with seeds that
+    do draw other text without it, the answer is temperature 0's, on chat,
+    legacy completions and the Responses API."""
+    story = "Once upon a time"
+    greedy = chat(client, max_tokens=24, content=story).choices[0].message.content
+    drawn = set()
+    for seed in (1, 2, 3):
+        r = chat(client, temperature=1.5, top_p=0, seed=seed, max_tokens=24, content=story)
+        assert r.choices[0].message.content == greedy, seed
+        drawn.add(chat(client, temperature=1.5, seed=seed, max_tokens=24, content=story).choices[0].message.content)
+    assert drawn - {greedy}, "temperature 1.5 without top_p 0 gave the greedy text for every seed"
+    c0 = client.completions.create(model="m", prompt=story, temperature=0, max_tokens=12)
+    c1 = client.completions.create(model="m", prompt=story, temperature=1.5, top_p=0, seed=4, max_tokens=12)
+    assert c1.choices[0].text == c0.choices[0].text
+    r0 = client.responses.create(model="m", input=story, temperature=0, max_output_tokens=12)
+    r1 = client.responses.create(model="m", input=story, temperature=1.5, top_p=0, max_output_tokens=12)
+    assert r1.output_text == r0.output_text and r1.top_p == 0
+
+
+@pytest.mark.parametrize("top_p", [1.5, -0.1])
+def test_top_p_outside_0_1_is_400_naming_top_p(server, client, top_p):
+    for call in (lambda: chat(client, top_p=top_p, max_tokens=2),
+                 lambda: client.completions.create(model="m", prompt="hi", top_p=top_p, max_tokens=2)):
+        with pytest.raises(openai.BadRequestError) as ei:
+            call()
+        assert ei.value.status_code == 400
+        assert ei.value.body["param"] == "top_p" and "top_p" in ei.value.body["message"], ei.value.body
+    # JSON has no NaN or infinity; 1e999 is the one way to send one (+inf).
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "top_p": 1e999}'
+    st, _, data = request(server.port, "POST", "/v1/chat/completions", body)
+    assert st == 400 and error_of(data)["param"] == "top_p", data
+
+
 def test_stop_string(client):
     full = chat(client).choices[0].message.content
     assert "Paris" in full

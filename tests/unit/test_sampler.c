@@ -1,6 +1,7 @@
 /* tests/unit/test_sampler.c — token selection: greedy is argmax, the same
  * seed gives the same draws, top-k / top-p / min-p only ever pick allowed
- * tokens, penalties move the choice; sm_exp is within 2 ulp of exp; the
+ * tokens, penalties move the choice, top_p 0 is greedy after penalties at
+ * any temperature; sm_exp is within 2 ulp of exp; the
  * fast paths of sampler_pick give the token of a slow, straightforward
  * implementation of the canonical definition (sampler.h) over many random
  * logits (ties included), parameters and seeds; draws without truncation
@@ -82,13 +83,14 @@ static int ref_pick(const sampler_params *p, uint64_t *rng, float *l, int V, con
 		}
 	}
 	int *order = malloc(sizeof(int) * (size_t)V);
-	float *w = malloc(sizeof(float) * (size_t)V), *cum = malloc(sizeof(float) * (size_t)V);
+	/* calloc: gcc -O2 otherwise warns that w may be read uninitialised */
+	float *w = calloc((size_t)V, sizeof(float)), *cum = calloc((size_t)V, sizeof(float));
 	for (int i = 0; i < V; i++)
 		order[i] = i;
 	ref_l = l;
 	qsort(order, (size_t)V, sizeof(int), ref_cmp); /* order[0]: the argmax */
 	int tok = order[0];
-	if (p->temperature <= 0)
+	if (p->temperature <= 0 || !(p->top_p > 0)) /* greedy: no draw */
 		goto out;
 	uint64_t bits = sm_splitmix(rng);
 	float mx = l[order[0]], Z;
@@ -213,7 +215,7 @@ static void test_vs_reference(void)
 		if (V == 70000 && rnd() % 8)
 			V = 3000;
 		sampler_params p;
-		memset(&p, 0, sizeof(p));
+		sampler_neutral(&p); /* every field is set below */
 		const float temps[] = { 0, 0.3f, 0.8f, 1, 1.7f };
 		const int ks[] = { 0, 0, 1, 3, 40, 65, 100, 257, 1024 };
 		const float tps[] = { 1, 1, 0.9f, 0.5f, 0.1f, 0.999f, 0 };
@@ -281,10 +283,8 @@ static void test_zero_total(void)
 			if (kind == 2)
 				l[V / 3] = INFINITY;
 			sampler_params p;
-			memset(&p, 0, sizeof(p));
-			p.temperature = 1.0f;
+			sampler_neutral(&p);
 			p.top_p = 0.9f;
-			p.repeat_penalty = 1.0f;
 			p.seed = 3;
 			sampler s;
 			sampler_init(&s, V, &p);
@@ -310,9 +310,7 @@ static void test_distribution(void)
 		wsum += w[i];
 	for (int mode = 0; mode < 3; mode++) {
 		sampler_params p;
-		memset(&p, 0, sizeof(p));
-		p.temperature = 1.0f;
-		p.repeat_penalty = 1.0f;
+		sampler_neutral(&p);
 		p.top_p = mode == 2 ? 0.999999f : 1.0f;
 		p.top_k = mode == 1 ? 7 : 0;
 		p.seed = 7;
@@ -342,11 +340,81 @@ static void test_distribution(void)
 	}
 }
 
+/* top_p 0 keeps only the most probable token after the penalties: at
+ * temperatures 0.3 to 1.7, with and without top-k / min-p, over random
+ * logits and seeds, the pick is the reference's argmax after penalties
+ * (ref_pick at temperature 0), the penalties moved it off the raw argmax
+ * (so the check sees them), and no draw was made (the rng state is the
+ * seed's: the GPU sampler's KS_GREEDY draws nothing either). Values that
+ * callers reject but that reach the sampler anyway never widen it. */
+static void test_top_p_zero(void)
+{
+	const int V = 1000;
+	float *l0 = malloc(sizeof(float) * (size_t)V), *l = malloc(sizeof(float) * (size_t)V),
+	      *lr = malloc(sizeof(float) * (size_t)V);
+	const float temps[] = { 0.3f, 0.8f, 1.0f, 1.7f };
+	const int ks[] = { 0, 40 };
+	const float mps[] = { 0, 0.05f };
+	int checked = 0, moved = 0;
+	for (uint64_t seed = 1; seed <= 8; seed++) {
+		rand_logits(l0, V, 0);
+		int raw = sampler_argmax(l0, V), hist[3] = { raw, raw, 5 };
+		for (int c = 0; c < 16; c++) {
+			sampler_params p;
+			sampler_neutral(&p);
+			p.temperature = temps[c % 4];
+			p.top_k = ks[c / 4 % 2];
+			p.min_p = mps[c / 8];
+			p.top_p = 0.0f;
+			p.repeat_penalty = 50.0f;
+			p.presence_penalty = 0.5f;
+			p.seed = seed * 1000 + (uint64_t)c;
+			sampler s;
+			if (sampler_init(&s, V, &p)) {
+				CHECK(0, "sampler_init");
+				break;
+			}
+			sampler_params g = p;
+			g.temperature = 0.0f;
+			uint64_t unused = 0;
+			memcpy(lr, l0, sizeof(float) * (size_t)V);
+			int want = ref_pick(&g, &unused, lr, V, hist, 3);
+			for (int k = 0; k < 3; k++) {
+				memcpy(l, l0, sizeof(float) * (size_t)V);
+				int got = sampler_pick(&s, l, hist, 3);
+				CHECK(got == want, "top_p 0 at T %g (top-k %d, min-p %g, seed %llu): the argmax after penalties %d (got %d)",
+				      p.temperature, p.top_k, p.min_p, (unsigned long long)p.seed, want, got);
+				checked++;
+			}
+			CHECK(sampler_path(&p, V) == SAMPLER_GREEDY, "top_p 0 is the greedy path");
+			CHECK(s.rng == (p.seed ^ 0x9E3779B97F4A7C15ull), "top_p 0 draws nothing");
+			moved += want != raw;
+			sampler_free(&s);
+		}
+	}
+	CHECK(moved == 8 * 16, "the penalties moved the argmax in every case (%d of %d)", moved, 8 * 16);
+	printf("top_p 0: %d picks, all the argmax after penalties\n", checked);
+	sampler_params p;
+	sampler_neutral(&p);
+	const float wide[] = { -0.0f, -0.1f, NAN };
+	for (int i = 0; i < 3; i++) {
+		p.top_p = wide[i];
+		CHECK(sampler_path(&p, V) == SAMPLER_GREEDY, "top_p %g (rejected by callers) is greedy, never off", wide[i]);
+	}
+	p.top_p = 1.5f;
+	CHECK(sampler_path(&p, V) == SAMPLER_ALL, "top_p above 1 is off");
+	p.top_p = 0.5f;
+	CHECK(sampler_path(&p, V) == SAMPLER_SORTED, "top_p in (0, 1) truncates");
+	free(l0);
+	free(l);
+	free(lr);
+}
+
 int main(void)
 {
 	sampler_params p;
-	memset(&p, 0, sizeof(p));
-	p.repeat_penalty = 1.0f;
+	sampler_neutral(&p);
+	p.temperature = 0.0f;
 	CHECK(pick(&p, NULL, 0) == 27, "greedy is argmax");
 	/* Repetition penalty on the argmax moves greedy to the runner-up. */
 	int hist[1] = { 27 };
@@ -404,6 +472,7 @@ int main(void)
 	}
 	test_exp();
 	test_vs_reference();
+	test_top_p_zero();
 	test_zero_total();
 	test_distribution();
 	if (fails) {
