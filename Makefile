@@ -130,12 +130,12 @@ POOL_STRESS_ARGS ?= -s 30 -t 2,3,4,8
 pool-stress: $(BUILD)/pool-stress
 	$(BUILD)/pool-stress $(POOL_STRESS_ARGS)
 	taskset -c 0 $(BUILD)/pool-stress $(POOL_STRESS_ARGS)
-$(BUILD)/pool-stress: bench/pool_stress.c kernels/cpu/pool.c kernels/kernels.h
+$(BUILD)/pool-stress: bench/pool_stress.c kernels/cpu/pool.c kernels/kernels.h tests/test_rng.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DKPOOL_STRESS -o $@ bench/pool_stress.c kernels/cpu/pool.c -pthread
 pool-stress-tsan: $(BUILD)/pool-stress-tsan
 	$(BUILD)/pool-stress-tsan $(POOL_STRESS_ARGS)
-$(BUILD)/pool-stress-tsan: bench/pool_stress.c kernels/cpu/pool.c kernels/kernels.h
+$(BUILD)/pool-stress-tsan: bench/pool_stress.c kernels/cpu/pool.c kernels/kernels.h tests/test_rng.h
 	@mkdir -p $(dir $@)
 	clang -O1 $(CFLAGS_COMMON) -fsanitize=thread -DKPOOL_STRESS -o $@ bench/pool_stress.c kernels/cpu/pool.c -pthread
 # The in-process baseline for the cost of privilege separation.

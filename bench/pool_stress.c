@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "tests/test_rng.h"
 
 void kpool_stress_hook(int site);
 void kpool_stress_state(char *buf, size_t len);
@@ -49,22 +50,13 @@ static _Atomic unsigned long g_progress; /* completed kpool_for calls */
 static _Atomic int g_failed;
 static _Atomic int g_quit;
 
-static uint64_t xorshift(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	return *s = x;
-}
-
 static _Thread_local uint64_t t_rng;
 
 static uint64_t rnd(void)
 {
 	if (!t_rng)
 		t_rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)&t_rng ^ (uint64_t)time(NULL);
-	return xorshift(&t_rng);
+	return test_xorshift(&t_rng);
 }
 
 void kpool_stress_hook(int site)

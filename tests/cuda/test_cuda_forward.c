@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "common/json.h"
+#include "tests/test_rng.h"
 #include "worker/forward_cuda.h"
 #include "worker/model.h"
 #include "worker/sampler.h"
@@ -33,13 +34,7 @@
 static int failures, checks;
 static uint64_t rng = 0x243F6A8885A308D3ull;
 
-static uint32_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 11);
-}
+static uint32_t rnd(void) { return (uint32_t)(test_xorshift(&rng) >> 11); }
 
 static float frand(float lo, float hi)
 {

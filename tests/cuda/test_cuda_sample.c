@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/ksample.h"
+#include "tests/test_rng.h"
 #include "worker/sampler.h"
 #include "worker/session_cuda.h"
 
@@ -31,13 +32,7 @@
 static int failures, checks;
 static uint64_t trng = 0x9E3779B97F4A7C15ull;
 
-static uint32_t rnd(void)
-{
-	trng ^= trng << 13;
-	trng ^= trng >> 7;
-	trng ^= trng << 17;
-	return (uint32_t)(trng >> 11);
-}
+static uint32_t rnd(void) { return (uint32_t)(test_xorshift(&trng) >> 11); }
 static float frand(void) { return (float)(rnd() & 0xffffff) / 16777216.0f; }
 
 static void die(const char *what)

@@ -3,11 +3,13 @@
  * marks message bytes 0 and template bytes 1, forged control strings in a
  * message stay mask 0, Python-exact trimming, prefill truncation.
  * Run from the repository root (reads tests/data/templates/). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/json.h"
+#include "tests/test_rng.h"
 #include "worker/chat.h"
 
 static int failures;
@@ -177,7 +179,7 @@ static void test_hostile_configs_rejected(void)
 	{
 		size_t len = 0;
 		char *real = config_with_template("qwen3.jinja", NULL, "<|im_end|>", &len);
-		unsigned long long s = 88172645463325252ull;
+		uint64_t s = 88172645463325252ull;
 
 		CHECK(real != NULL, "read qwen3.jinja");
 		for (int iter = 0; real && iter < 3000; iter++) {
@@ -185,9 +187,7 @@ static void test_hostile_configs_rejected(void)
 
 			memcpy(mut, real, len);
 			for (int k = 0; k < 1 + iter % 8; k++) {
-				s ^= s << 13;
-				s ^= s >> 7;
-				s ^= s << 17;
+				test_xorshift(&s);
 				mut[s % len] = (char)(s >> 32);
 			}
 			(void)chat_config_load(&cfg, mut, len - (iter % 3 == 0 ? (s >> 40) % len : 0), err, sizeof(err));

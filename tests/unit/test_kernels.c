@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "tests/test_rng.h"
 
 /* Named tolerances. A dot product of n terms in f32 with a different
  * summation order differs by up to ~n*eps*sum|w_j x_j| in the worst case
@@ -34,13 +35,7 @@ static int g_fail, g_checks;
 	} while (0)
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void)
-{
-	g_rng ^= g_rng << 13;
-	g_rng ^= g_rng >> 7;
-	g_rng ^= g_rng << 17;
-	return (uint32_t)(g_rng >> 32);
-}
+static uint32_t rnd(void) { return (uint32_t)(test_xorshift(&g_rng) >> 32); }
 static float frnd(float lo, float hi)
 {
 	return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f;

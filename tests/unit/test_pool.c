@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "tests/test_rng.h"
 
 /* The pool under test is kernels/cpu/pool.c itself, compiled into this
  * test with its preemption hooks on (KPOOL_STRESS: K_HOOK(site) calls
@@ -51,11 +52,7 @@ void kpool_stress_hook(int site)
 		return;
 	if (!t_hook_rng)
 		t_hook_rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)&t_hook_rng;
-	uint64_t x = t_hook_rng;
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	t_hook_rng = x;
+	uint64_t x = test_xorshift(&t_hook_rng);
 	unsigned odds = site == 6 || site == 9 ? 8 : site == 3 || site == 4 || site == 7 || site == 8 ? 32 : 4096;
 	if ((x >> 11) % odds == 0) {
 		atomic_fetch_add_explicit(&g_hook_yields, 1, memory_order_relaxed);
@@ -89,13 +86,7 @@ static double now_s(void)
 }
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
-static uint64_t rnd(void)
-{
-	g_rng ^= g_rng << 13;
-	g_rng ^= g_rng >> 7;
-	g_rng ^= g_rng << 17;
-	return g_rng;
-}
+static uint64_t rnd(void) { return test_xorshift(&g_rng); }
 
 static _Atomic long g_progress; /* tasks run, all cases */
 static _Atomic int g_ran_twice; /* seen by a task itself, before any hang */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/test_rng.h"
 #include "worker/sample_math.h"
 #include "worker/sampler.h"
 
@@ -140,13 +141,7 @@ out:
 }
 
 static uint64_t trng = 0x243F6A8885A308D3ull;
-static uint32_t rnd(void)
-{
-	trng ^= trng << 13;
-	trng ^= trng >> 7;
-	trng ^= trng << 17;
-	return (uint32_t)(trng >> 11);
-}
+static uint32_t rnd(void) { return (uint32_t)(test_xorshift(&trng) >> 11); }
 static float frand(void) { return (float)(rnd() & 0xffffff) / 16777216.0f; }
 
 /* Random logits: normal-ish spread, sometimes quantised (many ties),
