@@ -1918,7 +1918,7 @@ static int gemm_dispatch(const kq_matrix *m, const float *x, int n, const float 
 
 static int g_mv_impl; /* kc_matvec_impl */
 static int g_cp_w, g_cp_ns; /* MLXR_CUDA_CP=W,NS: k_matvec_cp's warps per block and stages (benchmarks) */
-static int g_smem_optin = 227 << 10; /* the device's dynamic shared memory per block (opt-in) */
+static int g_smem_optin = 223 << 10; /* k_matvec_cp's dynamic shared memory per block: the opt-in limit less its static */
 
 extern "C" int kc_matvec_impl(int impl)
 {
@@ -2029,7 +2029,7 @@ static int mq_cp_setup(void)
 	int dev = 0, v = 0;
 	CK(cudaGetDevice(&dev));
 	CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-	g_smem_optin = v;
+	g_smem_optin = v - (4 << 10); /* dynamic + static (red, nss: <= 2.1 KB) must fit the opt-in limit */
 	const char *e = getenv("MLXR_CUDA_CP");
 	int w = 0, n = 0;
 	if (e && sscanf(e, "%d,%d", &w, &n) == 2 && (w == 4 || w == 8) && n >= 2 && n <= MQ_CP_MAXNS) {
