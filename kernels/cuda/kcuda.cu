@@ -1167,6 +1167,13 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
  * conflict-free, no padding), then pairs [16 rows][1 << pu_sh units]. */
 #define MQ_CP_MAXW 8  /* warps per block (blockDim.x / 32), 4 or 8 */
 #define MQ_CP_MAXNS 8 /* ring stages per warp */
+/* tiles x matrices from which the default (kc_matvec_impl(0)) takes
+ * k_matvec_cp, up to MQ_CP_MAX: gate/up + GLU (8B: 896 x 2, 1B: 512 x 2);
+ * run 27's first call: the fused (normed) gate/up+GLU 27.2 us against
+ * 29.7 on k_matvec_mma, every other fused shape slower on it (qkv 10.0 /
+ * 7.7, o 7.8 / 7.3, down 18.7 / 16.6, lm_head 98.0 / 91.4) */
+#define MQ_CP_MIN 1024
+#define MQ_CP_MAX 4096
 
 template <int V>
 static __device__ __forceinline__ int mq_swz(int r)
@@ -1304,8 +1311,10 @@ template <int BITS, class S, int NM, int NORM>
 __global__ void __launch_bounds__(32 * MQ_CP_MAXW) k_matvec_cp(mv_args a, const float *__restrict__ x)
 {
 	pdl_trigger();
-	extern __shared__ __align__(16) uint8_t mq_smem[]; /* [W][ns] stages, then x: [nch][MQ_CW] + zeros */
-	__shared__ float red[2][NM][MQ_CP_MAXW][MQ_ROWS];
+	/* [W][ns] stages, red [2][NM][W][MQ_ROWS], x [nch][MQ_CW] + zeros: red
+	 * sized by W, not MQ_CP_MAXW, so that 3 blocks of 4 warps with 3
+	 * stages fit an SM at 4096 columns (static red: 2 KB, just over) */
+	extern __shared__ __align__(16) uint8_t mq_smem[];
 	__shared__ float nss[MQ_CP_MAXW];
 	constexpr int V = BITS / 4;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, W = blockDim.x >> 5;
@@ -1317,7 +1326,8 @@ __global__ void __launch_bounds__(32 * MQ_CP_MAXW) k_matvec_cp(mv_args a, const 
 	const int part = (g & 1) * 16;
 	const uint8_t *ring = mq_smem + (size_t)wid * ns * stage;
 	const uint32_t ring_s = mq_saddr(ring);
-	uint32_t *xs = (uint32_t *)(mq_smem + (size_t)W * ns * stage);
+	float *red = (float *)(mq_smem + (size_t)W * ns * stage); /* red[((it * NM + m) * W + w) * MQ_ROWS + row] */
+	uint32_t *xs = (uint32_t *)(red + 2 * NM * W * MQ_ROWS);
 	/* the first ns - 1 items, before x is ready (they depend on no kernel) */
 	mq_cur ic = {(int)blockIdx.x, 0, 0, mq_first(wid, 0, nsteps, W)};
 	if (ic.st >= nsteps) {
@@ -1362,8 +1372,8 @@ __global__ void __launch_bounds__(32 * MQ_CP_MAXW) k_matvec_cp(mv_args a, const 
 			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
 			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
 			if (tig == 0) {
-				red[it][m][wid][g] = acc_a;
-				red[it][m][wid][g + 8] = acc_b;
+				red[((it * NM + m) * W + wid) * MQ_ROWS + g] = acc_a;
+				red[((it * NM + m) * W + wid) * MQ_ROWS + g + 8] = acc_b;
 			}
 		}
 		/* one barrier per tile: as k_matvec_mma */
@@ -1374,7 +1384,7 @@ __global__ void __launch_bounds__(32 * MQ_CP_MAXW) k_matvec_cp(mv_args a, const 
 			for (int m = 0; m < NM; m++) {
 				v[m] = 0.0f;
 				for (int w = 0; w < W; w++)
-					v[m] += red[it][m][w][tid];
+					v[m] += red[((it * NM + m) * W + w) * MQ_ROWS + tid];
 				if (NORM)
 					v[m] *= inv;
 				v[m] += a.bias[mi + m] ? a.bias[mi + m][r0 + tid] : 0.0f;
@@ -1928,28 +1938,37 @@ extern "C" int kc_matvec_impl(int impl)
 	return old;
 }
 
-/* k_matvec_cp for this launch: 1 when it does not fit (x and the ring
- * over the shared memory of a block), else 0 (launched) or -1. W = 4
- * warps per block (8 under kc_matvec_impl(5)), NS = 4 stages (4 bits; 3
- * for 8 bits) unless
- * MLXR_CUDA_CP says otherwise; fewer stages while it does not fit. */
+/* k_matvec_cp for this launch: 1 when it does not fit (x, red and a ring
+ * of 2 stages over the shared memory of a block), else 0 (launched) or
+ * -1. W = 4 warps per block (8 under kc_matvec_impl(5)); MLXR_CUDA_CP
+ * sets W and the stages (or fewer where they do not fit). */
 template <int BITS, class S, int NM, int NORM>
 static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
 {
-	const int W = g_cp_w ? g_cp_w : g_mv_impl == 5 ? 8 : 4, stage = mq_stage_bytes(BITS, __builtin_ffs(a.group >> 5) - 1, S::SW);
-	int ns = g_cp_ns ? g_cp_ns : BITS == 4 ? 4 : 3;
-	while (ns > 2 && xsmem + (size_t)W * ns * stage > (size_t)g_smem_optin)
-		ns--;
-	const size_t smem = xsmem + (size_t)W * ns * stage;
-	if (smem > (size_t)g_smem_optin)
+	const int W = g_cp_w ? g_cp_w : g_mv_impl == 5 ? 8 : 4;
+	const size_t stage = mq_stage_bytes(BITS, __builtin_ffs(a.group >> 5) - 1, S::SW);
+	const size_t fixed = xsmem + (size_t)2 * NM * W * MQ_ROWS * 4; /* x, red */
+	/* stages: the most of 4..2 at the highest occupancy they allow
+	 * (run 27, first call: time fell with more warps per SM, not with
+	 * more stages; 3 stages keep 3 blocks per SM at 4096 columns) */
+	int ns = 0, best = 0;
+	for (int n = g_cp_ns ? g_cp_ns : 4; n >= 2 && !(g_cp_ns && ns); n--) {
+		const size_t sm = fixed + W * n * stage;
+		int occ = 0;
+		if (sm > (size_t)g_smem_optin ||
+		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_cp<BITS, S, NM, NORM>, 32 * W, sm) !=
+			    cudaSuccess)
+			continue;
+		if (occ > best) {
+			best = occ;
+			ns = n;
+		}
+	}
+	if (!ns)
 		return 1;
+	const size_t smem = fixed + W * ns * stage;
 	a.ns = ns;
-	int occ = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_cp<BITS, S, NM, NORM>, 32 * W, smem) !=
-		    cudaSuccess ||
-	    occ < 1)
-		occ = 1;
-	const int grid = a.tiles < occ * g_sms ? a.tiles : occ * g_sms;
+	const int grid = a.tiles < best * g_sms ? a.tiles : best * g_sms;
 	CK(launch_ex(a.add ? g_pdl_add : g_pdl, k_matvec_cp<BITS, S, NM, NORM>, dim3(grid), dim3(32 * W), smem, a,
 		     x));
 	return 0;
@@ -1958,7 +1977,8 @@ static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
 template <int BITS, class S, int NM, int NORM>
 static int mq_launch(const mv_args &a, const float *x, size_t smem)
 {
-	if (g_mv_impl == 0 || g_mv_impl == 4 || g_mv_impl == 5) {
+	if (g_mv_impl == 4 || g_mv_impl == 5 ||
+	    (g_mv_impl == 0 && a.tiles * NM >= MQ_CP_MIN && a.tiles * NM < MQ_CP_MAX)) {
 		const int rc = mq_launch_cp<BITS, S, NM, NORM>(a, x, smem);
 		if (rc <= 0)
 			return rc;
