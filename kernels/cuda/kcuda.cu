@@ -12,6 +12,8 @@
  *   k_matvec_mma     decode, 4 and 8 bits: codes straight into mma.sync
  *   k_matvec_wt      (f16 1 + c/D, x as f16 hi + lo), 16-row tiles; up to 3
  *                    matrices sharing x, or gate/up + GLU, in one launch
+ *   k_matvec_cp      the same arithmetic, streaming: a resident grid, x staged
+ *                    once per block, weights through a cp.async ring
  *   k_matvec_q       decode, other bits (and kc_matvec_impl(1)): SIMT, a
  *                    warp per KC_MV_ROWS rows, straight from the packed codes
  *   k_xsplit         prefill: x to per-token scaled f16 hi + lo, group sums
@@ -1164,14 +1166,21 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
  * Stage layout: codes [16 rows][16 V units of 16 B], unit q of row r at
  * q ^ mq_swz(r) (the A reads, lanes (g, tig) on rows g and g + 8 and
  * chunk 4h + tig, hit 8 distinct 16-byte bank groups per quarter warp:
- * conflict-free, no padding), then pairs [16 rows][1 << pu_sh units]. */
+ * conflict-free, no padding), then pairs [16 rows][1 << pu_sh units].
+ * PDL: the trigger is the first thing, as in the kernels above; the
+ * dependent grid is launched only once every block of this one has
+ * triggered, i.e. when the whole resident grid runs, so the dependent's
+ * early (waiting) blocks take only what this grid left free of an SM and
+ * never delay a block of it. */
 #define MQ_CP_MAXW 8  /* warps per block (blockDim.x / 32), 4 or 8 */
 #define MQ_CP_MAXNS 8 /* ring stages per warp */
 /* tiles x matrices from which the default (kc_matvec_impl(0)) takes
- * k_matvec_cp, up to MQ_CP_MAX: gate/up + GLU (8B: 896 x 2, 1B: 512 x 2);
- * run 27's first call: the fused (normed) gate/up+GLU 27.2 us against
- * 29.7 on k_matvec_mma, every other fused shape slower on it (qkv 10.0 /
- * 7.7, o 7.8 / 7.3, down 18.7 / 16.6, lm_head 98.0 / 91.4) */
+ * k_matvec_cp, up to MQ_CP_MAX: gate/up + GLU (8B: 896 x 2, 1B: 512 x 2).
+ * Run 27 (NOTES.md), the shapes as the decode step launches them (fused):
+ * gate/up+GLU 28.5 us against 29.9 on k_matvec_mma; every other one
+ * slower on it (qkv 9.8 / 7.7, o 7.7 / 7.4, down 18.3 / 16.7, lm_head
+ * 102.8 / 95.1). Models: 8B 427.8 against 422.7 tok/s, 1B 1558 / 1502;
+ * k_matvec_cp for every launch (impl 4): 406.6 / 1535. */
 #define MQ_CP_MIN 1024
 #define MQ_CP_MAX 4096
 
@@ -1312,8 +1321,8 @@ __global__ void __launch_bounds__(32 * MQ_CP_MAXW) k_matvec_cp(mv_args a, const 
 {
 	pdl_trigger();
 	/* [W][ns] stages, red [2][NM][W][MQ_ROWS], x [nch][MQ_CW] + zeros: red
-	 * sized by W, not MQ_CP_MAXW, so that 3 blocks of 4 warps with 3
-	 * stages fit an SM at 4096 columns (static red: 2 KB, just over) */
+	 * sized by W, not MQ_CP_MAXW: with a static red of 2 KB, 4 blocks of
+	 * 4 warps and 2 stages were just over an SM's 228 KB at 4096 columns */
 	extern __shared__ __align__(16) uint8_t mq_smem[];
 	__shared__ float nss[MQ_CP_MAXW];
 	constexpr int V = BITS / 4;
@@ -1948,9 +1957,9 @@ static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
 	const int W = g_cp_w ? g_cp_w : g_mv_impl == 5 ? 8 : 4;
 	const size_t stage = mq_stage_bytes(BITS, __builtin_ffs(a.group >> 5) - 1, S::SW);
 	const size_t fixed = xsmem + (size_t)2 * NM * W * MQ_ROWS * 4; /* x, red */
-	/* stages: the most of 4..2 at the highest occupancy they allow
-	 * (run 27, first call: time fell with more warps per SM, not with
-	 * more stages; 3 stages keep 3 blocks per SM at 4096 columns) */
+	/* stages: the most of 4..2 at the highest occupancy they allow (run
+	 * 27: time fell with more warps per SM, not with more stages; 4096
+	 * columns: 2 stages, 4 blocks per SM; 14336: 2 stages, 2 blocks) */
 	int ns = 0, best = 0;
 	for (int n = g_cp_ns ? g_cp_ns : 4; n >= 2 && !(g_cp_ns && ns); n--) {
 		const size_t sm = fixed + W * n * stage;
