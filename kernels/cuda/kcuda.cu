@@ -1162,7 +1162,8 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
  * whole (tile, matrix, step) sequence, so the warps stay balanced when W
  * does not divide the steps per tile (14336 columns: 28 steps); when it
  * does (every W = 4 launch of the models) warp w takes steps w, w + W, ...
- * of every tile, as k_matvec_mma, and the results are the same bits.
+ * of every tile, as k_matvec_mma, and the results are the same bits (by
+ * construction: the same sums in the same order).
  * Stage layout: codes [16 rows][16 V units of 16 B], unit q of row r at
  * q ^ mq_swz(r) (the A reads, lanes (g, tig) on rows g and g + 8 and
  * chunk 4h + tig, hit 8 distinct 16-byte bank groups per quarter warp:
