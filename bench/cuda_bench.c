@@ -31,6 +31,11 @@
  *   ATT_IMPL=i                 the models under kc_attention_impl(i)
  *   RESID_IMPL=i               the models under kc_residual_impl(i) (1: the
  *                              separate add + RMSNorm launches)
+ *   MV_IMPL=i                  the models under kc_matvec_impl(i) (2: the
+ *                              split tensor-core kernel, 4/5: the streaming
+ *                              one with 4/8 warps per block)
+ *   MLXR_CUDA_CP=W,NS          the streaming matvec's warps per block and
+ *                              ring stages (kcuda.cu, mq_launch_cp)
  */
 #include <math.h>
 #include <stdio.h>
@@ -215,11 +220,16 @@ static void bench_matvec(double bw)
 		{"down 4096x14336", 1, 14336, {4096, 0, 0}, 0},
 		{"lm_head 128256x4096", 1, 4096, {128256, 0, 0}, 0},
 	};
-	/* simt: kc_matvec_impl(1); wt: 3 (tensor cores, warp-per-tile for
-	 * large launches); tc: 0, the default (tensor cores, columns split
-	 * across a block's warps) */
-	printf("\n%-28s %6s %7s %6s %7s %6s %7s %6s %6s %8s\n", "matvec 8B q4g64", "MB", "simt us", "%bw", "wt us",
-	       "%bw", "tc us", "GB/s", "%bw", "fused us");
+	/* columns (kc_matvec_impl): simt 1; wt 3 (tensor cores, warp-per-tile
+	 * for large launches); tc 2 (tensor cores, a tile's columns split
+	 * across a block's warps: the default before run 27); cp4 / cp8 4 / 5
+	 * (the streaming kernel, 4 / 8 warps per block); then the fused
+	 * variant of the row under tc, cp4 and the default (0) */
+	static const struct {
+		int impl, fused;
+	} vs[8] = {{1, 0}, {3, 0}, {2, 0}, {4, 0}, {5, 0}, {2, 1}, {4, 1}, {0, 1}};
+	printf("\n%-26s %6s %7s %7s %7s %4s %7s %4s %7s %4s %7s %7s %7s\n", "matvec 8B q4g64", "MB", "simt us",
+	       "wt us", "tc us", "%bw", "cp4 us", "%bw", "cp8 us", "%bw", "f-tc us", "f-cp4", "f-def");
 	const char *only = getenv("MV_ONLY"); /* one row of the table (its index), e.g. under ncu */
 	for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 		if (only && atoi(only) != (int)k)
@@ -256,13 +266,12 @@ static void bench_matvec(double bw)
 		for (int i = 0; i < ms[k].count; i++)
 			if (!(y[i] = kc_malloc((size_t)ms[k].rows[i] * 4)))
 				die("y");
-		double us[4] = {0, 0, 0, 0};
-		static const int order[4] = {1, 2, 0, 3}; /* us[2]: impl 3; us[3]: impl 0 fused */
-		for (int oi = 0; oi < 4; oi++) {
-			int impl = order[oi], f = impl == 3 ? fz : 0;
-			if (impl == 3 && !f)
+		double us[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+		for (int vi = 0; vi < 8; vi++) {
+			int f = vs[vi].fused ? fz : 0;
+			if (vs[vi].fused && !f)
 				continue;
-			kc_matvec_impl(impl == 2 ? 3 : impl == 3 ? 0 : impl);
+			kc_matvec_impl(vs[vi].impl);
 			int L = copies < 24 ? 24 : copies;
 			for (int l = 0; l < L + copies; l++) { /* the first copies: warm-up, outside the capture */
 				if (l == copies && (kc_sync() || kc_capture_begin()))
@@ -277,13 +286,13 @@ static void bench_matvec(double bw)
 				if (rc)
 					die("matvec");
 			}
-			us[impl] = replay_median_s(L, "matvec run") * 1e6;
+			us[vi] = replay_median_s(L, "matvec run") * 1e6;
 		}
 		kc_matvec_impl(0);
 		double mb = (double)bytes / 1e6;
-		printf("%-28s %6.1f %7.2f %5.0f%% %7.2f %5.0f%% %7.2f %6.0f %5.0f%% %8.2f\n", ms[k].name, mb, us[1],
-		       100 * (bytes / (us[1] * 1e-6)) / bw, us[2], 100 * (bytes / (us[2] * 1e-6)) / bw, us[0],
-		       mb / us[0] * 1e3, 100 * (bytes / (us[0] * 1e-6)) / bw, us[3]);
+		printf("%-26s %6.1f %7.2f %7.2f %7.2f %3.0f%% %7.2f %3.0f%% %7.2f %3.0f%% %7.2f %7.2f %7.2f\n", ms[k].name,
+		       mb, us[0], us[1], us[2], 100 * (bytes / (us[2] * 1e-6)) / bw, us[3],
+		       100 * (bytes / (us[3] * 1e-6)) / bw, us[4], 100 * (bytes / (us[4] * 1e-6)) / bw, us[5], us[6], us[7]);
 		for (int c = 0; c < copies; c++)
 			for (int i = 0; i < ms[k].count; i++)
 				kc_matrix_free(&mats[c * 3 + i]);
@@ -503,6 +512,11 @@ int main(int argc, char **argv)
 	if (ai) {
 		kc_attention_impl(atoi(ai));
 		printf("attention impl %d\n", atoi(ai));
+	}
+	const char *mi = getenv("MV_IMPL"); /* the models under kc_matvec_impl (2: the split kernel of run 24) */
+	if (mi) {
+		kc_matvec_impl(atoi(mi));
+		printf("matvec impl %d\n", atoi(mi));
 	}
 	const char *ri = getenv("RESID_IMPL"); /* the models under kc_residual_impl (1: separate add + norm) */
 	if (ri) {

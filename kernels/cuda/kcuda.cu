@@ -12,6 +12,8 @@
  *   k_matvec_mma     decode, 4 and 8 bits: codes straight into mma.sync
  *   k_matvec_wt      (f16 1 + c/D, x as f16 hi + lo), 16-row tiles; up to 3
  *                    matrices sharing x, or gate/up + GLU, in one launch
+ *   k_matvec_cp      the same arithmetic, streaming: a resident grid, x staged
+ *                    once per block, weights through a cp.async ring
  *   k_matvec_q       decode, other bits (and kc_matvec_impl(1)): SIMT, a
  *                    warp per KC_MV_ROWS rows, straight from the packed codes
  *   k_xsplit         prefill: x to per-token scaled f16 hi + lo, group sums
@@ -563,6 +565,7 @@ struct mv_args {
 	int vec; /* row starts are 16-byte aligned: vector loads of the codes */
 	int act; /* k_matvec_mma with NM = 2: y[0] = glu_act(W0 x, act) * (W1 x) */
 	int tiles; /* k_matvec_mma: row tiles in the launch */
+	int ns; /* k_matvec_cp: ring stages per warp (2..MQ_CP_MAXNS) */
 	int add; /* NM = 1: y[row] += result (the residual stream, in place; kc_linear_residual) */
 	const float *nw; /* the tensor-core kernels' NORM variant: x is normed, rmsnorm(x, nw) (kc_linear_multi_norm) */
 	float one, eps; /* that norm's (nw + one) and eps */
@@ -830,24 +833,24 @@ static __device__ __forceinline__ void ld8(const float *p, bool ok, bool vec, fl
 #define MQ_XU 4
 template <int BITS, int NORM>
 static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, const float *__restrict__ nw, float one,
-						bool xvec, int nch, uint32_t *xs, float *nss)
+						bool xvec, int nch, uint32_t *xs, float *nss, int nt)
 {
-	const int tid = threadIdx.x;
+	const int tid = threadIdx.x; /* nt: the block's threads (a multiple of 32) */
 	if (tid < 16)
 		xs[nch * MQ_CW + tid] = 0; /* the zero B fragment (mq_compute) */
 	float ss = 0.0f;
-	for (int i0 = 0; i0 < nch * 4; i0 += 32 * MQ_WARPS * MQ_XU) {
+	for (int i0 = 0; i0 < nch * 4; i0 += nt * MQ_XU) {
 		float v[MQ_XU][8];
 #pragma unroll
 		for (int u = 0; u < MQ_XU; u++) {
-			const int i = i0 + u * 32 * MQ_WARPS + tid;
+			const int i = i0 + u * nt + tid;
 			ld8(x + (size_t)i * 8, i < nch * 4, xvec, v[u]);
 		}
 		if (NORM) {
 			float w[MQ_XU][8];
 #pragma unroll
 			for (int u = 0; u < MQ_XU; u++) {
-				const int i = i0 + u * 32 * MQ_WARPS + tid;
+				const int i = i0 + u * nt + tid;
 				ld8(nw + (size_t)i * 8, i < nch * 4, xvec, w[u]);
 			}
 #pragma unroll
@@ -860,7 +863,7 @@ static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, con
 		}
 #pragma unroll
 		for (int u = 0; u < MQ_XU; u++) {
-			const int i = i0 + u * 32 * MQ_WARPS + tid, ch = i >> 2, q = i & 3;
+			const int i = i0 + u * nt + tid, ch = i >> 2, q = i & 3;
 			float mx = 0.0f, sum = 0.0f;
 #pragma unroll
 			for (int j = 0; j < 8; j++) {
@@ -905,11 +908,11 @@ static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, con
 
 /* 1/rms(x) from mq_stage's per-warp sums (after the block's barrier), in
  * one fixed order: the same value in every thread of every block. */
-static __device__ __forceinline__ float mq_inv(const float *nss, int cols, float eps)
+static __device__ __forceinline__ float mq_inv(const float *nss, int nw, int cols, float eps)
 {
 	float t = nss[0];
 #pragma unroll
-	for (int w = 1; w < MQ_WARPS; w++)
+	for (int w = 1; w < nw; w++)
 		t += nss[w];
 	return 1.0f / sqrtf(t / (float)cols + eps);
 }
@@ -954,9 +957,9 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a
 				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
 				 (size_t)rb * ngp, cpg_sh, wid, tig, nch);
 	pdl_wait(); /* x is the predecessor's output */
-	mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss);
+	mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss, 32 * MQ_WARPS);
 	__syncthreads();
-	const float inv = NORM ? mq_inv(nss, cols, a.eps) : 1.0f;
+	const float inv = NORM ? mq_inv(nss, MQ_WARPS, cols, a.eps) : 1.0f;
 	int it = 0;
 	for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x, it ^= 1) {
 		if (tile != (int)blockIdx.x) {
@@ -1084,9 +1087,9 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
 		mq_next(lp, NM, nsteps, stride);
 	}
 	pdl_wait(); /* x is the predecessor's output */
-	mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss);
+	mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss, 32 * MQ_WARPS);
 	__syncthreads();
-	const float inv = NORM ? mq_inv(nss, cols, a.eps) : 1.0f;
+	const float inv = NORM ? mq_inv(nss, MQ_WARPS, cols, a.eps) : 1.0f;
 	float acc_a = 0.0f, acc_b = 0.0f, gate_a = 0.0f, gate_b = 0.0f;
 	for (int k = 0; k < items; k++) {
 		const bool odd = k & 1;
@@ -1134,6 +1137,275 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
 		}
 		mq_next(cp, NM, nsteps, stride);
 	}
+}
+
+/* ---- decode, 4 and 8 bits: the streaming matvec (k_matvec_cp, run 27) ----
+ * Why: the kernels above keep a step's weights in registers (two sets of
+ * ~8 KB per warp, 168 registers, 3 blocks of 4 warps per SM) and launch
+ * one block per row tile: gate/up reached 54-55% of the read bandwidth
+ * even with no arithmetic at all (NOTES.md, runs 4-9 and 14-21). At
+ * ~4.5 TB/s and ~1-2 us of DRAM latency under load an SM needs 35-70 KB
+ * in flight (Little's law); registers cannot hold that.
+ * Here the grid is resident (occupancy x SMs, at most one block per
+ * tile), every block stages x once (mq_stage, NORM sums included) and
+ * walks the tiles blockIdx.x, + gridDim.x, ...; its W warps split each
+ * tile's steps as k_matvec_mma does (partial sums reduced through red[],
+ * one barrier per tile). A step's weights (an "item": 16 rows x 512
+ * columns of codes, 4 KB at 4 bits, and the rows' (scale, bias) pairs of
+ * those columns) reach shared memory by 16-byte cp.async.cg into a ring
+ * of NS stages per warp; the copies of item k + NS - 1 are issued before
+ * item k is computed, continuing across (tile, matrix) boundaries, so
+ * (NS - 1) items per warp are in flight without holding a register.
+ * Then each lane reads its fragments (the same mq_regs as mq_load fills)
+ * from the stage and mq_compute does the same arithmetic as above.
+ * Steps are dealt round-robin over the block's warps along the block's
+ * whole (tile, matrix, step) sequence, so the warps stay balanced when W
+ * does not divide the steps per tile (14336 columns: 28 steps); when it
+ * does (every W = 4 launch of the models) warp w takes steps w, w + W, ...
+ * of every tile, as k_matvec_mma, and the results are the same bits (by
+ * construction: the same sums in the same order).
+ * Stage layout: codes [16 rows][16 V units of 16 B], unit q of row r at
+ * q ^ mq_swz(r) (the A reads, lanes (g, tig) on rows g and g + 8 and
+ * chunk 4h + tig, hit 8 distinct 16-byte bank groups per quarter warp:
+ * conflict-free, no padding), then pairs [16 rows][1 << pu_sh units].
+ * PDL: the trigger is the first thing, as in the kernels above; the
+ * dependent grid is launched only once every block of this one has
+ * triggered, i.e. when the whole resident grid runs, so the dependent's
+ * early (waiting) blocks take only what this grid left free of an SM and
+ * never delay a block of it. */
+#define MQ_CP_MAXW 8  /* warps per block (blockDim.x / 32), 4 or 8 */
+#define MQ_CP_MAXNS 8 /* ring stages per warp */
+/* tiles x matrices from which the default (kc_matvec_impl(0)) takes
+ * k_matvec_cp, up to MQ_CP_MAX: gate/up + GLU (8B: 896 x 2, 1B: 512 x 2).
+ * Run 27 (NOTES.md), the shapes as the decode step launches them (fused):
+ * gate/up+GLU 28.5 us against 29.9 on k_matvec_mma; every other one
+ * slower on it (qkv 9.8 / 7.7, o 7.7 / 7.4, down 18.3 / 16.7, lm_head
+ * 102.8 / 95.1). Models: 8B 427.8 against 422.7 tok/s, 1B 1558 / 1502;
+ * k_matvec_cp for every launch (impl 4): 406.6 / 1535. */
+#define MQ_CP_MIN 1024
+#define MQ_CP_MAX 4096
+
+template <int V>
+static __device__ __forceinline__ int mq_swz(int r)
+{
+	return (r & 1) * (V == 1 ? 4 : 1);
+}
+
+/* log2 of a stage's 16-byte units of pairs per row: (16 >> cpg_sh) pairs
+ * of 4 SW bytes */
+static __host__ __device__ __forceinline__ int mq_pu_sh(int cpg_sh, int sw)
+{
+	return 2 - cpg_sh + (sw == 2 ? 1 : 0);
+}
+
+static __host__ __device__ __forceinline__ int mq_stage_bytes(int bits, int cpg_sh, int sw)
+{
+	return 16 * 256 * (bits / 4) + (256 << mq_pu_sh(cpg_sh, sw));
+}
+
+static __device__ __forceinline__ uint32_t mq_saddr(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void mq_cp16(uint32_t dst, const void *src)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+static __device__ __forceinline__ void mq_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most NS - 2 of this thread's groups are pending: with
+ * one group committed per item, item k has landed (NS uniform). */
+static __device__ __forceinline__ void mq_wait_ring(int ns)
+{
+	switch (ns) {
+	case 2: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+	case 3: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+	case 4: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+	case 5: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+	case 6: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+	case 7: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+	default: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+	}
+}
+
+/* A warp's place in its block's item sequence: pair pi = tl * NM + m
+ * (tl: the block's tl-th tile, i.e. tile = blockIdx.x + tl * gridDim.x),
+ * step st. Warp w takes the items whose index pi * nsteps + st is w
+ * modulo W (W a power of two). */
+struct mq_cur {
+	int tile, pi, m, st;
+};
+
+static __device__ __forceinline__ int mq_first(int w, int pi, int nsteps, int W)
+{
+	return (w - (int)(((unsigned)pi * (unsigned)nsteps) & (unsigned)(W - 1))) & (W - 1);
+}
+
+/* To the warp's next item (or tile >= tiles: none left), from st + W. */
+static __device__ __forceinline__ void mq_cur_next(mq_cur &c, int NM, int nsteps, int W, int w, int tiles)
+{
+	c.st += W;
+	while (c.st >= nsteps && c.tile < tiles) {
+		if (++c.m == NM) {
+			c.m = 0;
+			c.tile += gridDim.x;
+		}
+		c.st = mq_first(w, ++c.pi, nsteps, W);
+	}
+}
+
+/* The copies of one item into the stage at shared address dst: codes of
+ * the 16 rows (row clamped to the matrix, as mq_load; chunks past the row
+ * not copied: mq_compute discards them), then their pairs. */
+template <int BITS, class S>
+static __device__ __forceinline__ void mq_issue(uint32_t dst, const mv_args &a, int NM, const mq_cur &c, int lane,
+						int nch, int ngp, int cpg_sh, size_t row_words)
+{
+	constexpr int V = BITS / 4;
+	int mi, r0;
+	mq_tile(a, NM, c.tile, mi, r0);
+	const int mm = mi + c.m, rl = a.rows[mi] - 1;
+	const uint32_t *W = a.w[mm] + (size_t)c.st * 64 * V;
+#pragma unroll
+	for (int i = 0; i < 8 * V; i++) {
+		const int u = i * 32 + lane, r = u / (16 * V), q = u % (16 * V);
+		if (c.st * 16 + q / V < nch)
+			mq_cp16(dst + r * 256 * V + ((q ^ mq_swz<V>(r)) << 4),
+				W + (size_t)min(r0 + r, rl) * row_words + q * 4);
+	}
+	const int pu_sh = mq_pu_sh(cpg_sh, S::SW);
+	const char *SB = (const char *)a.s[mm];
+	const uint32_t pdst = dst + 16 * 256 * V;
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		const int u = j * 32 + lane;
+		if (u < (16 << pu_sh)) {
+			const int r = u >> pu_sh, k = u & ((1 << pu_sh) - 1);
+			const size_t e = (size_t)min(r0 + r, rl) * ngp + (size_t)c.st * (16 >> cpg_sh);
+			mq_cp16(pdst + u * 16, SB + e * 4 * S::SW + k * 16);
+		}
+	}
+}
+
+/* The lane's fragments of one stage (what mq_load puts in registers). */
+template <int BITS, class S>
+static __device__ __forceinline__ void mq_ld_stage(mq_regs<BITS / 4, S::SW> &r, const uint8_t *stg, int g, int tig,
+						   int cpg_sh)
+{
+	constexpr int V = BITS / 4;
+	const int sw = mq_swz<V>(g);
+	const uint8_t *ra = stg + g * 256 * V, *rb = stg + (g + 8) * 256 * V;
+#pragma unroll
+	for (int h = 0; h < 4; h++)
+#pragma unroll
+		for (int u = 0; u < V; u++) {
+			const int q = ((4 * h + tig) * V + u) ^ sw;
+			r.wa[h][u] = *(const uint4 *)(ra + q * 16);
+			r.wb[h][u] = *(const uint4 *)(rb + q * 16);
+		}
+	const int pu_sh = mq_pu_sh(cpg_sh, S::SW), k0 = (tig >> cpg_sh) * S::SW;
+	const uint8_t *pp = stg + 16 * 256 * V;
+#pragma unroll
+	for (int k = 0; k < S::SW; k++) {
+		r.pa[k] = *(const uint4 *)(pp + (((g << pu_sh) + k0 + k) << 4));
+		r.pb[k] = *(const uint4 *)(pp + ((((g + 8) << pu_sh) + k0 + k) << 4));
+	}
+}
+
+template <int BITS, class S, int NM, int NORM>
+__global__ void __launch_bounds__(32 * MQ_CP_MAXW) k_matvec_cp(mv_args a, const float *__restrict__ x)
+{
+	pdl_trigger();
+	/* [W][ns] stages, red [2][NM][W][MQ_ROWS], x [nch][MQ_CW] + zeros: red
+	 * sized by W, not MQ_CP_MAXW: with a static red of 2 KB, 4 blocks of
+	 * 4 warps and 2 stages were just over an SM's 228 KB at 4096 columns */
+	extern __shared__ __align__(16) uint8_t mq_smem[];
+	__shared__ float nss[MQ_CP_MAXW];
+	constexpr int V = BITS / 4;
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, W = blockDim.x >> 5;
+	const int g = lane >> 2, tig = lane & 3;
+	const int cols = a.cols, nch = cols >> 5, ngp = sb_ngp(cols, a.group), cpg_sh = __ffs(a.group >> 5) - 1;
+	const int nsteps = (nch + 15) >> 4, ns = a.ns, stage = mq_stage_bytes(BITS, cpg_sh, S::SW);
+	const size_t row_words = (size_t)cols * BITS / 32;
+	const bool bact = (g >> 1) == tig;
+	const int part = (g & 1) * 16;
+	const uint8_t *ring = mq_smem + (size_t)wid * ns * stage;
+	const uint32_t ring_s = mq_saddr(ring);
+	float *red = (float *)(mq_smem + (size_t)W * ns * stage); /* red[((it * NM + m) * W + w) * MQ_ROWS + row] */
+	uint32_t *xs = (uint32_t *)(red + 2 * NM * W * MQ_ROWS);
+	/* the first ns - 1 items, before x is ready (they depend on no kernel) */
+	mq_cur ic = {(int)blockIdx.x, 0, 0, mq_first(wid, 0, nsteps, W)};
+	if (ic.st >= nsteps) {
+		ic.st -= W;
+		mq_cur_next(ic, NM, nsteps, W, wid, a.tiles);
+	}
+	for (int k = 0; k < ns - 1; k++) {
+		if (ic.tile < a.tiles) {
+			mq_issue<BITS, S>(ring_s + k * stage, a, NM, ic, lane, nch, ngp, cpg_sh, row_words);
+			mq_cur_next(ic, NM, nsteps, W, wid, a.tiles);
+		}
+		mq_commit();
+	}
+	pdl_wait(); /* x is the predecessor's output */
+	mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss, blockDim.x);
+	__syncthreads();
+	const float inv = NORM ? mq_inv(nss, W, cols, a.eps) : 1.0f;
+	int cs = 0, is = ns - 1; /* ring slots: next to compute, next to fill */
+	int it = 0, pi = 0;
+	for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x, it ^= 1) {
+		int mi, r0;
+		mq_tile(a, NM, tile, mi, r0);
+#pragma unroll
+		for (int m = 0; m < NM; m++, pi++) {
+			float acc_a = 0.0f, acc_b = 0.0f;
+			for (int st = mq_first(wid, pi, nsteps, W); st < nsteps; st += W) {
+				mq_wait_ring(ns);
+				__syncwarp(); /* item cs landed for every lane; every lane is done with slot is */
+				if (ic.tile < a.tiles) {
+					mq_issue<BITS, S>(ring_s + is * stage, a, NM, ic, lane, nch, ngp, cpg_sh, row_words);
+					mq_cur_next(ic, NM, nsteps, W, wid, a.tiles);
+				}
+				mq_commit();
+				is = is + 1 == ns ? 0 : is + 1;
+				mq_regs<V, S::SW> rg;
+				mq_ld_stage<BITS, S>(rg, ring + cs * stage, g, tig, cpg_sh);
+				cs = cs + 1 == ns ? 0 : cs + 1;
+				mq_compute<BITS, S>(rg, xs, st, tig, nch, bact, part, acc_a, acc_b);
+			}
+			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
+			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
+			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
+			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
+			if (tig == 0) {
+				red[((it * NM + m) * W + wid) * MQ_ROWS + g] = acc_a;
+				red[((it * NM + m) * W + wid) * MQ_ROWS + g + 8] = acc_b;
+			}
+		}
+		/* one barrier per tile: as k_matvec_mma */
+		__syncthreads();
+		if (tid < MQ_ROWS && r0 + tid < a.rows[mi]) {
+			float v[NM];
+#pragma unroll
+			for (int m = 0; m < NM; m++) {
+				v[m] = 0.0f;
+				for (int w = 0; w < W; w++)
+					v[m] += red[((it * NM + m) * W + w) * MQ_ROWS + tid];
+				if (NORM)
+					v[m] *= inv;
+				v[m] += a.bias[mi + m] ? a.bias[mi + m][r0 + tid] : 0.0f;
+			}
+			if (NM == 1)
+				a.y[mi][r0 + tid] = a.add ? a.y[mi][r0 + tid] + v[0] : v[0];
+			else
+				a.y[0][r0 + tid] = glu_act(v[0], a.act) * v[NM - 1];
+		}
+	}
+	asm volatile("cp.async.wait_all;\n" ::: "memory"); /* nothing left in flight at exit (only empty groups) */
 }
 
 /* Dense (unquantized) weights: a warp per row, any cols. */
@@ -1665,6 +1937,8 @@ static int gemm_dispatch(const kq_matrix *m, const float *x, int n, const float 
 }
 
 static int g_mv_impl; /* kc_matvec_impl */
+static int g_cp_w, g_cp_ns; /* MLXR_CUDA_CP=W,NS: k_matvec_cp's warps per block and stages (benchmarks) */
+static int g_smem_optin = 223 << 10; /* k_matvec_cp's dynamic shared memory per block: the opt-in limit less its static */
 
 extern "C" int kc_matvec_impl(int impl)
 {
@@ -1674,9 +1948,51 @@ extern "C" int kc_matvec_impl(int impl)
 	return old;
 }
 
+/* k_matvec_cp for this launch: 1 when it does not fit (x, red and a ring
+ * of 2 stages over the shared memory of a block), else 0 (launched) or
+ * -1. W = 4 warps per block (8 under kc_matvec_impl(5)); MLXR_CUDA_CP
+ * sets W and the stages (or fewer where they do not fit). */
+template <int BITS, class S, int NM, int NORM>
+static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
+{
+	const int W = g_cp_w ? g_cp_w : g_mv_impl == 5 ? 8 : 4;
+	const size_t stage = mq_stage_bytes(BITS, __builtin_ffs(a.group >> 5) - 1, S::SW);
+	const size_t fixed = xsmem + (size_t)2 * NM * W * MQ_ROWS * 4; /* x, red */
+	/* stages: the most of 4..2 at the highest occupancy they allow (run
+	 * 27: time fell with more warps per SM, not with more stages; 4096
+	 * columns: 2 stages, 4 blocks per SM; 14336: 2 stages, 2 blocks) */
+	int ns = 0, best = 0;
+	for (int n = g_cp_ns ? g_cp_ns : 4; n >= 2 && !(g_cp_ns && ns); n--) {
+		const size_t sm = fixed + W * n * stage;
+		int occ = 0;
+		if (sm > (size_t)g_smem_optin ||
+		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_cp<BITS, S, NM, NORM>, 32 * W, sm) !=
+			    cudaSuccess)
+			continue;
+		if (occ > best) {
+			best = occ;
+			ns = n;
+		}
+	}
+	if (!ns)
+		return 1;
+	const size_t smem = fixed + W * ns * stage;
+	a.ns = ns;
+	const int grid = a.tiles < best * g_sms ? a.tiles : best * g_sms;
+	CK(launch_ex(a.add ? g_pdl_add : g_pdl, k_matvec_cp<BITS, S, NM, NORM>, dim3(grid), dim3(32 * W), smem, a,
+		     x));
+	return 0;
+}
+
 template <int BITS, class S, int NM, int NORM>
 static int mq_launch(const mv_args &a, const float *x, size_t smem)
 {
+	if (g_mv_impl == 4 || g_mv_impl == 5 ||
+	    (g_mv_impl == 0 && a.tiles * NM >= MQ_CP_MIN && a.tiles * NM < MQ_CP_MAX)) {
+		const int rc = mq_launch_cp<BITS, S, NM, NORM>(a, x, smem);
+		if (rc <= 0)
+			return rc;
+	}
 	/* Many tiles (lm_head, gate/up: tiles x NM >= MQ_WT_MIN): warp-owned
 	 * tiles, a resident grid. Otherwise one block per row tile, its warps
 	 * splitting the columns (4096 rows make 256 tiles: ~2 blocks per SM). */
@@ -1725,13 +2041,39 @@ static int mq_attr_norm(void)
 	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_cp<4, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));
+	CK(cudaFuncSetAttribute(k_matvec_cp<4, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));
+	CK(cudaFuncSetAttribute(k_matvec_cp<8, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));
+	CK(cudaFuncSetAttribute(k_matvec_cp<8, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));
+	return 0;
+}
+
+/* The device's shared-memory limit and MLXR_CUDA_CP ("W,NS": k_matvec_cp's
+ * warps per block, 4 or 8, and ring stages, 2..MQ_CP_MAXNS; for
+ * benchmarks), once. */
+static int mq_cp_setup(void)
+{
+	static int done;
+	if (done)
+		return 0;
+	int dev = 0, v = 0;
+	CK(cudaGetDevice(&dev));
+	CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+	g_smem_optin = v - (4 << 10); /* dynamic + static (red, nss: <= 2.1 KB) must fit the opt-in limit */
+	const char *e = getenv("MLXR_CUDA_CP");
+	int w = 0, n = 0;
+	if (e && sscanf(e, "%d,%d", &w, &n) == 2 && (w == 4 || w == 8) && n >= 2 && n <= MQ_CP_MAXNS) {
+		g_cp_w = w;
+		g_cp_ns = n;
+	}
+	done = 1;
 	return 0;
 }
 
 template <class S>
 static int mq_attr(void)
 {
-	return mq_attr_norm<S, 0>() || mq_attr_norm<S, 1>() ? -1 : 0;
+	return mq_cp_setup() || mq_attr_norm<S, 0>() || mq_attr_norm<S, 1>() ? -1 : 0;
 }
 
 /* ---- prefill GEMM: host side ----

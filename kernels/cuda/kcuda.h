@@ -99,12 +99,16 @@ int kc_gemm_impl(int impl);
 #define KC_MAX_FUSE 3
 int kc_linear_multi(int count, const kq_matrix *const *ms, const float *x, int n, const float *const *bias,
 		    float *const *y);
-/* Which decode matvec n == 1 takes: 0 (default) and 2 the tensor-core
- * kernel for 4- and 8-bit matrices (others: the SIMT kernel), 1 the SIMT
- * kernel for every bits value, 3 the tensor-core kernel with its
- * warp-per-tile variant for large 4-bit launches (tests and benchmarks
- * compare them). impl < 0 only reads. Returns the previous setting; not
- * thread-safe (set it before queueing work). */
+/* Which decode matvec n == 1 takes for 4- and 8-bit matrices (others:
+ * the SIMT kernel): 0 the default (see kc_matvec_impl's use in kcuda.cu's
+ * mq_launch), 1 the SIMT kernel for every bits value, 2 the tensor-core
+ * kernel that splits a tile's columns across a block's warps (the default
+ * before run 27), 3 that with its warp-per-tile variant for large 4-bit
+ * launches, 4 the streaming tensor-core kernel (resident grid, weights
+ * through a shared-memory ring; 4 warps per block), 5 the same with 8
+ * warps per block (tests and benchmarks compare them). impl < 0 only
+ * reads. Returns the previous setting; not thread-safe (set it before
+ * queueing work). */
 int kc_matvec_impl(int impl);
 /* The feed-forward input: g_out[n][rows] = act(x gate^T) * (x up^T) (act
  * as kc_glu). For n == 1 with 4- or 8-bit gate and up of one shape, one

@@ -271,6 +271,35 @@ static void test_gemm(const kernel_table *R, int rows, int cols, int bits, int g
 	host_free(&h);
 }
 
+/* The decode matvec alone (n = 1, bias on, output poisoned), under the
+ * current kc_matvec_impl. */
+static void test_matvec(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt)
+{
+	char name[96];
+	kq_matrix h = host_matrix(rows, cols, bits, gs, sdt), d;
+	if (kc_matrix_upload(&h, &d))
+		die("matrix upload");
+	float *x = malloc((size_t)cols * 4), *bias = malloc((size_t)rows * 4), *ref = malloc((size_t)rows * 4);
+	fill(x, (size_t)cols, -1, 1);
+	fill(bias, (size_t)rows, -1, 1);
+	R->matvec(&h, x, bias, ref);
+	float *dx = dup_dev(x, (size_t)cols), *db = dup_dev(bias, (size_t)rows), *dy = dalloc((size_t)rows * 4);
+	poison(dy, (size_t)rows * 4);
+	if (kc_linear(&d, dx, 1, db, dy))
+		die("kc_linear");
+	snprintf(name, sizeof(name), "matvec mv%d b%d g%d %s %dx%d +bias", kc_matvec_impl(-1), bits, gs, dtn(sdt), rows,
+		 cols);
+	compare(name, dy, ref, (size_t)rows, TOL_LINEAR);
+	kc_free(dx);
+	kc_free(db);
+	kc_free(dy);
+	free(x);
+	free(bias);
+	free(ref);
+	kc_matrix_free(&d);
+	host_free(&h);
+}
+
 /* q/k/v-style fusion: three matrices sharing x in one launch (n == 1), or
  * sharing one split of x (n > 1, the tensor-core GEMM). */
 static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt, int n)
@@ -299,8 +328,8 @@ static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt, int 
 		die("kc_linear_multi");
 	for (int i = 0; i < 3; i++) {
 		char name[96];
-		snprintf(name, sizeof(name), "fused %s b%d g%d %s n%d part %d", n == 1 ? "matvec" : "gemm", bits, gs,
-			 dtn(sdt), n, i);
+		snprintf(name, sizeof(name), "fused %s mv%d b%d g%d %s n%d part %d", n == 1 ? "matvec" : "gemm",
+			 kc_matvec_impl(-1), bits, gs, dtn(sdt), n, i);
 		compare(name, dy[i], ref[i], (size_t)n * rows[i], TOL_LINEAR);
 		kc_free(dy[i]);
 		kc_free((void *)db[i]);
@@ -349,7 +378,8 @@ static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits,
 	if (kc_linear_glu(&dg, &du, dx, 1, act, dy, dz))
 		die("kc_linear_glu");
 	char name[96];
-	snprintf(name, sizeof(name), "matvec+glu b%d g%d %s %dx%d act %d", bits, gs, dtn(sdt), rows, cols, act);
+	snprintf(name, sizeof(name), "matvec+glu mv%d b%d g%d %s %dx%d act %d", kc_matvec_impl(-1), bits, gs, dtn(sdt),
+		 rows, cols, act);
 	compare(name, dy, ref, (size_t)rows, TOL_LINEAR);
 	kc_free(dx); kc_free(dy); kc_free(dz);
 	kc_matrix_free(&dg); kc_matrix_free(&du);
@@ -506,6 +536,12 @@ static void test_fuse_refusals(void)
 	expect(kc_linear_glu_norm(&d3, &d3, dx, &nrm, 0, dy) == -1, "kc_linear_glu_norm refuses 3-bit");
 	kc_matvec_impl(1);
 	expect(!kc_fuse_ok(1, m4, KC_FUSE_ADD), "kc_fuse_ok under kc_matvec_impl(1) no");
+	for (int impl = 2; impl <= 5; impl++) {
+		char name[64];
+		kc_matvec_impl(impl);
+		snprintf(name, sizeof(name), "kc_fuse_ok under kc_matvec_impl(%d) yes", impl);
+		expect(kc_fuse_ok(1, m4, KC_FUSE_ADD) && kc_fuse_ok(1, m4, KC_FUSE_NORM), name);
+	}
 	kc_matvec_impl(0);
 	kc_residual_impl(1);
 	expect(!kc_fuse_ok(1, m4, KC_FUSE_ADD), "kc_fuse_ok under kc_residual_impl(1) no");
@@ -721,6 +757,62 @@ static void test_argmax(void)
 	}
 }
 
+/* Every decode-matvec case under one kc_matvec_impl (the streaming
+ * kernel k_matvec_cp with 4 and 8 warps per block, or the split kernel):
+ * every bits x group x scale dtype it takes, alone, three matrices in one
+ * launch, gate/up + GLU, the residual fusions; the pair layout's partial
+ * last block of 512 columns; real widths (4096, 14336, 2048, 10240); and
+ * the edges of k_matvec_cp's per-warp ring of 2-4 stages: one item in the
+ * whole launch (16 x 512), fewer items per warp than stages (widths of
+ * 1-2 steps of 512 columns: some warps have none), one item per warp per
+ * tile (2048 columns: 4 steps), step counts that the warps do not divide
+ * (7 steps; 28 steps over 8 warps), many tiles per block (100003 rows,
+ * 65550 rows: more tiles than the grid), 8 bits at 14336 columns (the
+ * ring shrinks to fit beside x). */
+static void test_matvec_impl(const kernel_table *R, int impl)
+{
+	static const int groups[] = {32, 64, 128};
+	kc_matvec_impl(impl);
+	for (int bi = 0; bi < 2; bi++)
+		for (int gi = 0; gi < 3; gi++)
+			for (int dt = 0; dt < KDT_COUNT; dt++) {
+				test_matvec(R, 67, groups[gi] * 5, 4 + 4 * bi, groups[gi], (kdtype)dt);
+				test_matvec(R, 50 - 13 * bi, 1536 + groups[gi], 4 + 4 * bi, groups[gi], (kdtype)dt);
+				test_fused(R, 4 + 4 * bi, groups[gi], (kdtype)dt, 1);
+				test_linear_glu(R, 40, 1536 + groups[gi], 4 + 4 * bi, groups[gi], (kdtype)dt, dt);
+			}
+	test_matvec(R, 16, 512, 4, 64, KDT_F16);     /* one item */
+	test_matvec(R, 17, 1024, 8, 32, KDT_BF16);   /* two tiles of two items */
+	test_matvec(R, 16, 2048, 4, 64, KDT_F16);    /* one item per warp (W = 4) */
+	test_matvec(R, 33, 2048, 8, 128, KDT_F32);
+	test_matvec(R, 100, 3584, 4, 32, KDT_F16);   /* 7 steps */
+	test_matvec(R, 300, 4096, 4, 64, KDT_F16);
+	test_matvec(R, 130, 14336, 4, 64, KDT_BF16); /* 28 steps */
+	test_matvec(R, 50, 14336, 8, 64, KDT_BF16);
+	test_matvec(R, 40, 10240, 8, 32, KDT_F16);
+	test_matvec(R, 100003, 256, 4, 64, KDT_F16);
+	test_matvec(R, 65550, 128, 4, 64, KDT_BF16);
+	test_matvec(R, 6001, 4096, 4, 64, KDT_F16);  /* 376 tiles, 8 steps each */
+	for (int act = 0; act < 3; act++) {
+		test_linear_glu(R, 67, 320, 4, 64, (kdtype)act, act);
+		test_linear_glu(R, 48, 4096, 8, 32 << act, (kdtype)((act + 1) % 3), act);
+	}
+	test_linear_glu(R, 32800, 256, 4, 32, KDT_BF16, 0);
+	test_linear_glu(R, 8200, 512, 8, 64, KDT_F32, 1);
+	test_linear_glu(R, 700, 14336, 4, 64, KDT_F16, 0);
+	for (int bi = 0; bi < 2; bi++)
+		for (int gi = 0; gi < 3; gi++)
+			for (int dt = 0; dt < KDT_COUNT; dt++)
+				test_resid_fuse(R, bi ? 77 : 200, 1536 + groups[gi], 4 + 4 * bi, groups[gi], (kdtype)dt,
+						(gi + dt) & 1, dt == 0 ? 1.0f : dt == 1 ? 100.0f : 1e-3f);
+	test_resid_fuse(R, 300, 4096, 4, 64, KDT_F16, 0, 1.0f);
+	test_resid_fuse(R, 130, 14336, 4, 64, KDT_BF16, 1, 3.0f);
+	test_resid_fuse(R, 64, 2048, 8, 128, KDT_F32, 0, 0.5f);
+	test_resid_fuse(R, 100003, 256, 4, 64, KDT_F16, 0, 1.0f);
+	test_resid_fuse(R, 16, 512, 4, 32, KDT_BF16, 1, 2.0f);
+	kc_matvec_impl(0);
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -794,6 +886,11 @@ int main(int argc, char **argv)
 		test_resid_fuse(R, 100003, 256, 4, 64, KDT_F16, 0, 1.0f);
 	}
 	test_fuse_refusals();
+	/* the streaming matvec forced on every launch, with 4 and 8 warps per
+	 * block (impl 0 above: the default, which takes the split kernel,
+	 * kc_matvec_impl(2), for all but the gate/up-sized launches) */
+	test_matvec_impl(R, 4);
+	test_matvec_impl(R, 5);
 	/* the SIMT matvec, which the tensor-core kernel replaced for 4 and 8 bits */
 	kc_matvec_impl(1);
 	for (int bi = 2; bi < 6; bi += 3)
