@@ -36,6 +36,7 @@
 #include <cuda_profiler_api.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1254,32 +1255,48 @@ __global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sb, int
  *   2 bits: t, t+8); k_xsplit writes X in the same order, and a dot
  *   product does not depend on the order of its terms. 3, 5, 6 bits keep
  *   the natural order (codes extracted one by one).
- * Tiles: a block of TG_THREADS (4 warps, 2 x 2) owns TG_BM weight rows x
- * TG_BN tokens (warp tile 64 x 32: 4 x 4 mma tiles; P and acc take 128
- * registers, so 2 blocks per SM); k steps of BK = 32 or 64 columns (a
- * group starts and ends on a 32-column boundary). Codes and X hi/lo go
- * through a 4- (BK 32) or 3-deep (BK 64)
- * cp.async ring; step k+1's codes are dequantized into the other A buffer
- * before step k's mmas, so one barrier per step suffices. The grid runs
+ * Tiles: a block of NT threads owns TG_BM weight rows x TG_BN tokens; its
+ * warps are NT/64 (rows) x 2 (tokens): NT = 128, warp tile 64 x 32 (4 x 4
+ * mma tiles; P and acc take 128 registers, 254 in all: 2 blocks, 8 warps
+ * per SM), or NT = 256, warp tile 32 x 32 (2 x 4 mma tiles, at most 128
+ * registers: 2 blocks, 16 warps per SM; run 28). k steps of BK = 32 or 64
+ * columns (a group starts and ends on a 32-column boundary). Codes and X
+ * hi/lo go through a 4- (BK 32) or 3-deep (BK 64) cp.async ring; step
+ * k+1's codes are dequantized into the other A buffer before step k's
+ * mmas, so one barrier per step suffices: each thread dequantizes only
+ * codes it copied itself (at NT = 256 two threads per row, each its own
+ * copy of the row's codes, each half of the row's pairs). The grid runs
  * token tiles fastest: the blocks that share a weight tile run together
- * and the weights are read from memory about once. */
+ * and the weights are read from memory about once. One launch covers up
+ * to KC_MAX_FUSE matrices on one split x (tg_mats: q/k/v, gate/up). */
 #define TG_BM 128
 #define TG_BN 64
-#define TG_THREADS 128
 /* BK (columns per k step) 32: 4 stages; 64: 3 stages (half the barriers
  * and per-step overhead; 8 bits would not fit 2 blocks per SM) */
 static __host__ __device__ constexpr int tg_stages(int bk) { return bk == 32 ? 4 : 3; }
 /* halves per staged row: BK + 8, so ldmatrix's 8 rows (80 or 144 B
  * apart) hit distinct banks */
 static __host__ __device__ constexpr int tg_ld(int bk) { return bk + 8; }
-static __host__ __device__ constexpr int tg_stage_bytes(int bits, int bk)
+/* one stage: NT rows of codes (a copy per thread) + X hi and lo */
+static __host__ __device__ constexpr int tg_stage_bytes(int bits, int bk, int nt)
 {
-	return TG_BM * bk / 8 * bits + 2 * TG_BN * tg_ld(bk) * 2;
+	return nt * bk / 8 * bits + 2 * TG_BN * tg_ld(bk) * 2;
 }
-static __host__ __device__ constexpr int tg_smem(int bits, int bk)
+static __host__ __device__ constexpr int tg_smem(int bits, int bk, int nt)
 {
-	return tg_stages(bk) * tg_stage_bytes(bits, bk) + 2 * TG_BM * tg_ld(bk) * 2;
+	return tg_stages(bk) * tg_stage_bytes(bits, bk, nt) + 2 * TG_BM * tg_ld(bk) * 2;
 }
+
+/* The matrices of one launch: matrix i owns the grid's row tiles
+ * [tile0[i], tile0[i + 1]); unused entries have tile0 = INT_MAX. */
+struct tg_mats {
+	const uint8_t *w[KC_MAX_FUSE];
+	const void *sb[KC_MAX_FUSE];
+	const float *bias[KC_MAX_FUSE];
+	float *y[KC_MAX_FUSE];
+	int rows[KC_MAX_FUSE];
+	int tile0[KC_MAX_FUSE];
+};
 
 /* Position q (0..15) of a block of 16 staged columns holds column
  * tg_perm(bits, q) of that block (see above). */
@@ -1344,8 +1361,9 @@ static __device__ __forceinline__ uint32_t tg_int_pair(uint32_t v)
 }
 
 /* One row's 32 codes of a k step (4*BITS bytes of shared memory) to 32
- * f16 integers in staged order (tg_perm). */
-template <int BITS>
+ * f16 integers in staged order (tg_perm); only pairs [LO, HI) (staged
+ * halves 2 LO .. 2 HI) are computed and stored. */
+template <int BITS, int LO, int HI>
 static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *dst)
 {
 	const uint32_t M = 0x64006400u;
@@ -1391,10 +1409,10 @@ static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *ds
 			o[t] = code_in_pack<BITS>(w, 2 * t) | (code_in_pack<BITS>(w, 2 * t + 1) << 16) | M;
 	}
 #pragma unroll
-	for (int t = 0; t < 16; t++)
+	for (int t = LO; t < HI; t++)
 		o[t] = tg_int_pair(o[t]);
 #pragma unroll
-	for (int t = 0; t < 16; t += 4)
+	for (int t = LO; t < HI; t += 4)
 		*(uint4 *)(dst + 2 * t) = make_uint4(o[t], o[t + 1], o[t + 2], o[t + 3]);
 }
 
@@ -1441,38 +1459,48 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 	}
 }
 
-template <int BITS, class S, int BK>
-__global__ void __launch_bounds__(TG_THREADS, 2)
-	k_gemm_tc(const uint8_t *__restrict__ W, const void *__restrict__ SB, int rows, int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
-		  const float *__restrict__ XS, const float *__restrict__ INV, int n, const float *__restrict__ bias,
-		  float *__restrict__ Y)
+template <int BITS, class S, int BK, int NT>
+__global__ void __launch_bounds__(NT, 2)
+	k_gemm_tc(const tg_mats M, int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
+		  const float *__restrict__ XS, const float *__restrict__ INV, int n)
 {
 	extern __shared__ __align__(16) uint8_t tsm[];
 	constexpr int NS = tg_stages(BK), LD = tg_ld(BK);
 	constexpr int CB = BK / 8 * BITS; /* code bytes of one row in one k step */
-	constexpr int STAGE = tg_stage_bytes(BITS, BK);
+	constexpr int STAGE = tg_stage_bytes(BITS, BK, NT);
 	constexpr int U = BITS % 4 == 0 ? 16 : BITS % 2 == 0 ? 8 : 4; /* cp.async size for the codes */
-	constexpr int XPT = 2 * TG_BN * (BK / 8) / TG_THREADS;     /* X pieces (16 B) per thread per step */
-	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
-	const int tok0 = blockIdx.x * TG_BN, row0 = blockIdx.y * TG_BM;
+	constexpr int XPT = 2 * TG_BN * (BK / 8) / NT;             /* X pieces (16 B) per thread per step */
+	constexpr int WR = NT / 64, MI = 8 / WR, WROWS = 16 * MI;  /* warps along rows; mma tiles, rows per warp */
+	static_assert(NT == 128 || NT == 256, "NT");
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
+	const int wm = wid % WR, wn = wid / WR, g = lane >> 2, tig = lane & 3;
+	/* this block's matrix (constant indices only: no local copy of M) */
+	const uint8_t *W = M.w[0];
+	const void *SB = M.sb[0];
+	int rows = M.rows[0], t0 = 0;
+#pragma unroll
+	for (int i = 1; i < KC_MAX_FUSE; i++)
+		if ((int)blockIdx.y >= M.tile0[i]) {
+			W = M.w[i]; SB = M.sb[i]; rows = M.rows[i]; t0 = M.tile0[i];
+		}
+	const int tok0 = blockIdx.x * TG_BN, row0 = ((int)blockIdx.y - t0) * TG_BM;
 	const int nk = cols / BK, ngp = sb_ngp(cols, group), tsh = sb_tsh(group);
 	__half *As = (__half *)(tsm + NS * STAGE); /* [2][TG_BM][LD] */
 	/* rows past the end read the last row, tokens past n the last token;
 	 * neither is stored */
-	const uint8_t *wsrc = W + (size_t)min(row0 + tid, rows - 1) * ((size_t)cols * BITS / 8);
+	const uint8_t *wsrc = W + (size_t)min(row0 + trow, rows - 1) * ((size_t)cols * BITS / 8);
 
 	/* Addresses that only move by a constant per step are computed once
 	 * (recomputing them was ~1/4 of the loop's instructions). Thread tid
-	 * copies X pieces i = tid + TG_THREADS u: (hi|lo, token, 16-byte
-	 * piece); TG_THREADS covers whole tokens, so the token of piece u is
+	 * copies X pieces i = tid + NT u: (hi|lo, token, 16-byte piece); NT
+	 * covers whole tokens, so the token of piece u is
 	 * that of piece 0 plus a constant. */
 	const uint32_t smem0 = smem_u32(tsm);
-	constexpr int TPU = TG_THREADS / (BK / 8); /* staged rows (hi tokens, then lo) per u */
+	constexpr int TPU = NT / (BK / 8); /* staged rows (hi tokens, then lo) per u */
 	const int xtk = tid / (BK / 8), xpc = tid & (BK / 8 - 1);
 	/* piece u: staged row xtk + u TPU (rows TG_BN.. are lo), so its shared
 	 * address is xdst + a constant; the lo half reads hi's token + n cols */
-	const uint32_t xdst = smem0 + TG_BM * CB + (xtk * LD + xpc * 8) * 2;
+	const uint32_t xdst = smem0 + NT * CB + (xtk * LD + xpc * 8) * 2;
 	size_t xoff[XPT / 2];
 #pragma unroll
 	for (int u = 0; u < XPT / 2; u++)
@@ -1491,22 +1519,28 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 	};
 	auto dequant = [&](int kt, int stg) {
 		const uint8_t *src = tsm + stg * STAGE + tid * CB;
-		__half *dst = As + ((kt & 1) * TG_BM + tid) * LD;
+		__half *dst = As + ((kt & 1) * TG_BM + trow) * LD;
 #pragma unroll
-		for (int h = 0; h < BK / 32; h++)
-			tg_dequant<BITS>(src + 4 * BITS * h, dst + 32 * h);
+		for (int h = 0; h < BK / 32; h++) {
+			if (NT == TG_BM)
+				tg_dequant<BITS, 0, 16>(src + 4 * BITS * h, dst + 32 * h);
+			else if (tid < TG_BM) /* warp-uniform */
+				tg_dequant<BITS, 0, 8>(src + 4 * BITS * h, dst + 32 * h);
+			else
+				tg_dequant<BITS, 8, 16>(src + 4 * BITS * h, dst + 32 * h);
+		}
 	};
-	/* ldmatrix addresses: A rows wm*64 + (lane & 15) (+16 mi), columns
+	/* ldmatrix addresses: A rows wm*WROWS + (lane & 15) (+16 mi), columns
 	 * (lane >> 4) * 8 (+kk); B tokens wn*32 + (lane & 7) + 8 (lane >> 4)
 	 * (+16 nj), columns ((lane >> 3) & 1) * 8 (+kk); lo after hi */
-	const uint32_t a_lane = smem_u32(As) + ((wm * 64 + (lane & 15)) * LD + (lane >> 4) * 8) * 2;
-	const uint32_t b_lane = smem0 + TG_BM * CB +
+	const uint32_t a_lane = smem_u32(As) + ((wm * WROWS + (lane & 15)) * LD + (lane >> 4) * 8) * 2;
+	const uint32_t b_lane = smem0 + NT * CB +
 				((wn * 32 + (lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8) * 2;
 
-	float acc[4][4][4], P[4][4][4];
-	float sv[4][2], bv[4][2], xv[4][2];
+	float acc[MI][4][4], P[MI][4][4];
+	float sv[MI][2], bv[MI][2], xv[4][2];
 #pragma unroll
-	for (int mi = 0; mi < 4; mi++)
+	for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 		for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -1514,10 +1548,10 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 				acc[mi][ni][e] = P[mi][ni][e] = 0.0f;
 	auto load_group = [&](int gi) {
 #pragma unroll
-		for (int mi = 0; mi < 4; mi++)
+		for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				S::ldp(SB, sb_at(min(row0 + wm * 64 + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh),
+				S::ldp(SB, sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh),
 				       sv[mi][h], bv[mi][h]);
 			}
 #pragma unroll
@@ -1533,7 +1567,12 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 			issue(s, s);
 		cp_commit();
 	}
-	load_group(0);
+	/* NT = 128 loads a group's scales, biases and x sums at the previous
+	 * group's end (live through the group: registers to spare); NT = 256
+	 * at the start of the group's last 16 columns (under 128 registers) */
+	constexpr bool LATE = NT == 256;
+	if (!LATE)
+		load_group(0);
 	cp_wait<NS - 2>();
 	dequant(0, 0);
 	__syncthreads();
@@ -1551,9 +1590,9 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 		const uint32_t a_base = a_lane + (kt & 1) * (TG_BM * LD * 2), b_base = b_lane + stg * STAGE;
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 16) {
-			uint32_t a[4][4], bh[4][2], bl[4][2];
+			uint32_t a[MI][4], bh[4][2], bl[4][2];
 #pragma unroll
-			for (int mi = 0; mi < 4; mi++)
+			for (int mi = 0; mi < MI; mi++)
 				ldsm4(a[mi], a_base + (mi * 16 * LD + kk) * 2);
 #pragma unroll
 			for (int nj = 0; nj < 2; nj++) {
@@ -1563,11 +1602,13 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 				ldsm4(r, b_base + ((TG_BN + nj * 16) * LD + kk) * 2);
 				bl[2 * nj][0] = r[0]; bl[2 * nj][1] = r[1]; bl[2 * nj + 1][0] = r[2]; bl[2 * nj + 1][1] = r[3];
 			}
+			if (LATE && (kk & 16) && (k0 + kk + 16) % group == 0)
+				load_group((k0 + kk) / group);
 			/* groups are multiples of 32 columns: a group starts at a
 			 * 32-column boundary (P from zero) and ends after one */
 			if ((kk & 16) == 0 && (k0 + kk) % group == 0) {
 #pragma unroll
-				for (int mi = 0; mi < 4; mi++)
+				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 					for (int ni = 0; ni < 4; ni++) {
 						tg_mma_z(P[mi][ni], a[mi], bh[ni]);
@@ -1575,7 +1616,7 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 					}
 			} else {
 #pragma unroll
-				for (int mi = 0; mi < 4; mi++)
+				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 					for (int ni = 0; ni < 4; ni++) {
 						tg_mma(P[mi][ni], a[mi], bh[ni]);
@@ -1584,20 +1625,27 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 			}
 			if ((kk & 16) && (k0 + kk + 16) % group == 0) {
 #pragma unroll
-				for (int mi = 0; mi < 4; mi++)
+				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 					for (int ni = 0; ni < 4; ni++)
 #pragma unroll
 						for (int e = 0; e < 4; e++)
 							acc[mi][ni][e] = fmaf(sv[mi][e >> 1], P[mi][ni][e],
 									      fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
-				if (k0 + kk + 16 < cols)
+				if (!LATE && k0 + kk + 16 < cols)
 					load_group((k0 + kk + 16) / group);
 			}
 		}
 		__syncthreads();
 		stg = stg1;
 	}
+	const float *bias = M.bias[0]; /* picked here, not kept through the loop */
+	float *Y = M.y[0];
+#pragma unroll
+	for (int i = 1; i < KC_MAX_FUSE; i++)
+		if ((int)blockIdx.y >= M.tile0[i]) {
+			bias = M.bias[i]; Y = M.y[i];
+		}
 #pragma unroll
 	for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -1608,10 +1656,10 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 			const float iv = __ldg(INV + tok);
 			float *yr = Y + (size_t)tok * rows;
 #pragma unroll
-			for (int mi = 0; mi < 4; mi++)
+			for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
-					const int row = row0 + wm * 64 + mi * 16 + g + 8 * h;
+					const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
 					if (row < rows)
 						yr[row] = fmaf(acc[mi][ni][2 * h + e], iv, bias ? __ldg(bias + row) : 0.0f);
 				}
@@ -1802,61 +1850,90 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *
 	return 0;
 }
 
-template <int BITS, class S, int BK>
-static int tg_launch_bk(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+template <int BITS, class S, int BK, int NT>
+static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
 {
-	dim3 grid((x.n + TG_BN - 1) / TG_BN, (m->rows + TG_BM - 1) / TG_BM);
-	k_gemm_tc<BITS, S, BK><<<grid, TG_THREADS, tg_smem(BITS, BK), g_stream>>>(
-		(const uint8_t *)m->w, m->scales, m->rows, m->cols, m->group_size, x.xh, x.xl, x.xs, x.inv,
-		x.n, bias, y);
+	dim3 grid((x.n + TG_BN - 1) / TG_BN, tiles);
+	k_gemm_tc<BITS, S, BK, NT><<<grid, NT, tg_smem(BITS, BK, NT), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
+										x.xs, x.inv, x.n);
 	LAUNCHED("k_gemm_tc");
 	return 0;
 }
 
-/* k steps of 32 columns; kc_gemm_impl(2): 64 for bits <= 6 (8 bits would
- * leave 1 block per SM). 64 measured slower in run 11 (3123 vs 2778 us per
- * 8B layer at n = 512; 88 bytes of spills), 1-4% faster after the loop
- * trim of run 13 (2694 vs 2724 us; 17.9 vs 18.7 ms at n = 4096), not yet
- * made the default: the forward tests ran on 32 (kernels/cuda/NOTES.md). */
+/* Which kernel (kc_gemm_impl): k steps of 32 columns by default. 2: 64
+ * for bits <= 6 (8 bits would leave 1 block per SM), 128 threads; measured
+ * slower in run 11 (3123 vs 2778 us per 8B layer at n = 512; 88 bytes of
+ * spills), 1-4% faster after the loop trim of run 13 (2694 vs 2724 us;
+ * 17.9 vs 18.7 ms at n = 4096), not made the default: the forward tests
+ * ran on 32 (kernels/cuda/NOTES.md). 3 (one launch per matrix) and 4:
+ * 128 threads, run 13's kernel; 0: 256 threads (run 28). */
 template <int BITS, class S>
-static int tg_launch(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+static int tg_launch(const tg_mats &M, int tiles, const tg_x &x)
 {
-	if (BITS < 8 && g_gemm_impl == 2 && m->cols % 64 == 0)
-		return tg_launch_bk<BITS, S, (BITS < 8 ? 64 : 32)>(m, x, bias, y);
-	return tg_launch_bk<BITS, S, 32>(m, x, bias, y);
+	if (BITS < 8 && g_gemm_impl == 2 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, (BITS < 8 ? 64 : 32), 128>(M, tiles, x);
+	if (g_gemm_impl == 3 || g_gemm_impl == 4)
+		return tg_launch_bk<BITS, S, 32, 128>(M, tiles, x);
+	return tg_launch_bk<BITS, S, 32, 256>(M, tiles, x);
 }
 
 template <class S>
-static int tg_dispatch(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+static int tg_dispatch(int bits, const tg_mats &M, int tiles, const tg_x &x)
 {
-	switch (m->bits) {
-	case 2: return tg_launch<2, S>(m, x, bias, y);
-	case 3: return tg_launch<3, S>(m, x, bias, y);
-	case 4: return tg_launch<4, S>(m, x, bias, y);
-	case 5: return tg_launch<5, S>(m, x, bias, y);
-	case 6: return tg_launch<6, S>(m, x, bias, y);
-	case 8: return tg_launch<8, S>(m, x, bias, y);
-	default: snprintf(g_err, sizeof(g_err), "gemm: bits %d unsupported", m->bits); return -1;
+	switch (bits) {
+	case 2: return tg_launch<2, S>(M, tiles, x);
+	case 3: return tg_launch<3, S>(M, tiles, x);
+	case 4: return tg_launch<4, S>(M, tiles, x);
+	case 5: return tg_launch<5, S>(M, tiles, x);
+	case 6: return tg_launch<6, S>(M, tiles, x);
+	case 8: return tg_launch<8, S>(M, tiles, x);
+	default: snprintf(g_err, sizeof(g_err), "gemm: bits %d unsupported", bits); return -1;
 	}
 }
 
-/* m on the split x (same cols, group and bits as the split). */
-static int tg_run(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+/* count matrices on the split x (same cols, group and bits as the split,
+ * one scale dtype) in one launch; kc_gemm_impl(3): one launch each (run
+ * 13's way, for A/B). */
+static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const float *const *bias, float *const *y)
 {
-	switch (m->sdt) {
-	case KDT_F32: return tg_dispatch<F32>(m, x, bias, y);
-	case KDT_F16: return tg_dispatch<F16>(m, x, bias, y);
-	default: return tg_dispatch<BF16>(m, x, bias, y);
+	if (g_gemm_impl == 3 && count > 1) {
+		for (int i = 0; i < count; i++)
+			if (tg_run(1, ms + i, x, bias ? bias + i : NULL, y + i))
+				return -1;
+		return 0;
+	}
+	tg_mats M;
+	memset(&M, 0, sizeof(M));
+	int tiles = 0;
+	for (int i = 0; i < KC_MAX_FUSE; i++) {
+		M.tile0[i] = i < count ? tiles : INT_MAX;
+		if (i >= count)
+			continue;
+		M.w[i] = (const uint8_t *)ms[i]->w;
+		M.sb[i] = ms[i]->scales;
+		M.bias[i] = bias ? bias[i] : NULL;
+		M.y[i] = y[i];
+		M.rows[i] = ms[i]->rows;
+		tiles += (ms[i]->rows + TG_BM - 1) / TG_BM;
+	}
+	switch (ms[0]->sdt) {
+	case KDT_F32: return tg_dispatch<F32>(ms[0]->bits, M, tiles, x);
+	case KDT_F16: return tg_dispatch<F16>(ms[0]->bits, M, tiles, x);
+	default: return tg_dispatch<BF16>(ms[0]->bits, M, tiles, x);
 	}
 }
 
 /* More than the default 48 KB of shared memory. */
-#define TG_ATTR(B, K) CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K)))
+#define TG_ATTR(B, K, T) \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K, T)))
 template <class S>
 static int tg_attr(void)
 {
-	TG_ATTR(2, 32); TG_ATTR(3, 32); TG_ATTR(4, 32); TG_ATTR(5, 32); TG_ATTR(6, 32); TG_ATTR(8, 32);
-	TG_ATTR(2, 64); TG_ATTR(3, 64); TG_ATTR(4, 64); TG_ATTR(5, 64); TG_ATTR(6, 64);
+	TG_ATTR(2, 32, 128); TG_ATTR(3, 32, 128); TG_ATTR(4, 32, 128); TG_ATTR(5, 32, 128); TG_ATTR(6, 32, 128);
+	TG_ATTR(8, 32, 128);
+	TG_ATTR(2, 64, 128); TG_ATTR(3, 64, 128); TG_ATTR(4, 64, 128); TG_ATTR(5, 64, 128); TG_ATTR(6, 64, 128);
+	TG_ATTR(2, 32, 256); TG_ATTR(3, 32, 256); TG_ATTR(4, 32, 256); TG_ATTR(5, 32, 256); TG_ATTR(6, 32, 256);
+	TG_ATTR(8, 32, 256);
 	return 0;
 }
 #undef TG_ATTR
@@ -2015,7 +2092,10 @@ extern "C" int kc_linear(const kq_matrix *m, const float *x, int n, const float 
 	}
 	if (tg_ok(m)) {
 		tg_x sx;
-		return tg_split(x, n, m->cols, m->group_size, m->bits, &sx) || tg_run(m, sx, bias, y) ? -1 : 0;
+		const kq_matrix *ms[1] = {m};
+		const float *bs[1] = {bias};
+		float *ys[1] = {y};
+		return tg_split(x, n, m->cols, m->group_size, m->bits, &sx) || tg_run(1, ms, sx, bs, ys) ? -1 : 0;
 	}
 	kdtype dt = m->bits ? m->sdt : m->wdt;
 	switch (dt) {
@@ -2040,17 +2120,22 @@ extern "C" int kc_linear_multi(int count, const kq_matrix *const *ms, const floa
 	}
 	if (same)
 		return matvec_fused(count, ms, x, bias, y, NULL, 0);
-	int split = n > 1;
-	for (int i = 0; i < count; i++)
+	int split = n > 1, one = 1;
+	for (int i = 0; i < count; i++) {
 		if (!tg_ok(ms[i]) || ms[i]->bits != ms[0]->bits || ms[i]->cols != ms[0]->cols ||
 		    ms[i]->group_size != ms[0]->group_size)
 			split = 0;
-	if (split) { /* one split of x for all of them */
+		if (ms[i]->sdt != ms[0]->sdt)
+			one = 0;
+	}
+	if (split) { /* one split of x for all of them; one launch where the scale dtypes agree */
 		tg_x sx;
 		if (tg_split(x, n, ms[0]->cols, ms[0]->group_size, ms[0]->bits, &sx))
 			return -1;
+		if (one)
+			return tg_run(count, ms, sx, bias, y);
 		for (int i = 0; i < count; i++)
-			if (tg_run(ms[i], sx, bias ? bias[i] : NULL, y[i]))
+			if (tg_run(1, ms + i, sx, bias ? bias + i : NULL, y + i))
 				return -1;
 		return 0;
 	}
