@@ -365,9 +365,9 @@ static double time_once(int a, int b)
 
 /* The prefill GEMM alone at the Llama-3.1-8B shapes (q4 g64 f16) for n
  * tokens under each tensor-core variant (kc_gemm_impl 3: run 13's kernel,
- * 128 threads, one launch per matrix; 4: the same kernel, one launch for
- * all matrices; 2: k steps of 64; 0: the default, 256 threads, one
- * launch): median of 3 calls; TF/s counts 2 rows cols n (the useful work:
+ * one launch per matrix; 4: the same kernel, one launch for all matrices;
+ * 2: k steps of 64, one launch; 5: 128 tokens per block, one launch; the
+ * default is one of them, kcuda.cu TG_DEFAULT_IMPL): median of 3 calls; TF/s counts 2 rows cols n (the useful work:
  * the tensor-core kernel issues twice that, hi + lo). The SIMT GEMM
  * (kc_gemm_impl(1)) left the table in run 28: 5x slower, seconds at 4096. */
 static void bench_gemm(const int *ns, int nn)
@@ -384,8 +384,8 @@ static void bench_gemm(const int *ns, int nn)
 	for (int ni = 0; ni < nn; ni++) {
 		int n = ns[ni];
 		printf("\n%-22s n=%-5d %9s %6s %9s %6s %9s %6s %9s %6s\n", "gemm 8B q4g64", n, "r13 us", "TF/s", "1launch",
-		       "TF/s", "tc64 us", "TF/s", "tc us", "TF/s");
-		static const int impls[4] = {3, 4, 2, 0};
+		       "TF/s", "tc64 us", "TF/s", "128tok", "TF/s");
+		static const int impls[4] = {3, 4, 2, 5};
 		double tot[4] = {0, 0, 0, 0};
 		for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 			kq_matrix mats[3];
@@ -434,7 +434,7 @@ static void bench_gemm(const int *ns, int nn)
 			}
 			kc_free(x);
 		}
-		printf("%-28s %9.0f %6s %9.0f %6s %9.0f %6s %9.0f   (one layer; x32 layers = %.1f ms r13, %.1f ms tc)\n",
+		printf("%-28s %9.0f %6s %9.0f %6s %9.0f %6s %9.0f   (one layer; x32 layers = %.1f ms r13, %.1f ms 128tok)\n",
 		       "sum", tot[0], "", tot[1], "", tot[2], "", tot[3], tot[0] * 32 / 1e3, tot[3] * 32 / 1e3);
 	}
 	/* prefill attention of n queries from position 0, 8B heads */

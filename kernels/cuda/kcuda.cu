@@ -1255,36 +1255,36 @@ __global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sb, int
  *   2 bits: t, t+8); k_xsplit writes X in the same order, and a dot
  *   product does not depend on the order of its terms. 3, 5, 6 bits keep
  *   the natural order (codes extracted one by one).
- * Tiles: a block of NT threads owns TG_BM weight rows x TG_BN tokens; its
- * warps are NT/64 (rows) x 2 (tokens): NT = 128, warp tile 64 x 32 (4 x 4
- * mma tiles; P and acc take 128 registers, 254 in all: 2 blocks, 8 warps
- * per SM), or NT = 256, warp tile 32 x 32 (2 x 4 mma tiles, at most 128
- * registers: 2 blocks, 16 warps per SM; run 28). k steps of BK = 32 or 64
- * columns (a group starts and ends on a 32-column boundary). Codes and X
- * hi/lo go through a 4- (BK 32) or 3-deep (BK 64) cp.async ring; step
+ * Tiles: a block of NT threads owns TG_BM weight rows x NT / 2 tokens; its
+ * warps are 2 (rows) x NT / 64 (tokens), warp tile 64 x 32 (4 x 4 mma
+ * tiles; P and acc take 128 registers, ~250 in all): NT = 128 (64 tokens,
+ * 2 blocks per SM) or NT = 256 (128 tokens, k steps of 64 only, 1 block
+ * per SM: half the dequantization per mma; run 28). k steps of BK = 32 or
+ * 64 columns (a group starts and ends on a 32-column boundary). Codes and
+ * X hi/lo go through a 4- (BK 32) or 3-deep (BK 64) cp.async ring; step
  * k+1's codes are dequantized into the other A buffer before step k's
  * mmas, so one barrier per step suffices: each thread dequantizes only
- * codes it copied itself (at NT = 256 two threads per row, each its own
- * copy of the row's codes, each half of the row's pairs). The grid runs
+ * codes it copied itself (at NT = 256 two threads per row, each one of
+ * the step's two 32-column chunks). The grid runs
  * token tiles fastest: the blocks that share a weight tile run together
  * and the weights are read from memory about once. One launch covers up
  * to KC_MAX_FUSE matrices on one split x (tg_mats: q/k/v, gate/up). */
 #define TG_BM 128
-#define TG_BN 64
 /* BK (columns per k step) 32: 4 stages; 64: 3 stages (half the barriers
- * and per-step overhead; 8 bits would not fit 2 blocks per SM) */
-static __host__ __device__ constexpr int tg_stages(int bk) { return bk == 32 ? 4 : 3; }
+ * and per-step overhead; 8 bits would not fit 2 blocks per SM), or 4 at
+ * NT = 256 (one block per SM: at most 217 KB of shared memory) */
+static __host__ __device__ constexpr int tg_stages(int bk, int nt) { return bk == 32 || nt == 256 ? 4 : 3; }
 /* halves per staged row: BK + 8, so ldmatrix's 8 rows (80 or 144 B
  * apart) hit distinct banks */
 static __host__ __device__ constexpr int tg_ld(int bk) { return bk + 8; }
-/* one stage: NT rows of codes (a copy per thread) + X hi and lo */
+/* one stage: TG_BM rows of codes + X hi and lo of nt / 2 tokens */
 static __host__ __device__ constexpr int tg_stage_bytes(int bits, int bk, int nt)
 {
-	return nt * bk / 8 * bits + 2 * TG_BN * tg_ld(bk) * 2;
+	return TG_BM * bk / 8 * bits + 2 * (nt / 2) * tg_ld(bk) * 2;
 }
 static __host__ __device__ constexpr int tg_smem(int bits, int bk, int nt)
 {
-	return tg_stages(bk) * tg_stage_bytes(bits, bk, nt) + 2 * TG_BM * tg_ld(bk) * 2;
+	return tg_stages(bk, nt) * tg_stage_bytes(bits, bk, nt) + 2 * TG_BM * tg_ld(bk) * 2;
 }
 
 /* The matrices of one launch: matrix i owns the grid's row tiles
@@ -1460,20 +1460,22 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 }
 
 template <int BITS, class S, int BK, int NT>
-__global__ void __launch_bounds__(NT, 2)
+__global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	k_gemm_tc(const tg_mats M, int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
 		  const float *__restrict__ XS, const float *__restrict__ INV, int n)
 {
 	extern __shared__ __align__(16) uint8_t tsm[];
-	constexpr int NS = tg_stages(BK), LD = tg_ld(BK);
+	constexpr int NS = tg_stages(BK, NT), LD = tg_ld(BK);
 	constexpr int CB = BK / 8 * BITS; /* code bytes of one row in one k step */
 	constexpr int STAGE = tg_stage_bytes(BITS, BK, NT);
 	constexpr int U = BITS % 4 == 0 ? 16 : BITS % 2 == 0 ? 8 : 4; /* cp.async size for the codes */
-	constexpr int XPT = 2 * TG_BN * (BK / 8) / NT;             /* X pieces (16 B) per thread per step */
-	constexpr int WR = NT / 64, MI = 8 / WR, WROWS = 16 * MI;  /* warps along rows; mma tiles, rows per warp */
-	static_assert(NT == 128 || NT == 256, "NT");
+	constexpr int BN = NT / 2;                        /* tokens per block */
+	constexpr int XPT = 2 * BN * (BK / 8) / NT;       /* X pieces (16 B) per thread per step */
+	constexpr int MI = 4, WROWS = 64;                 /* mma tiles, rows per warp */
+	constexpr int PP = NT / TG_BM, CBT = CB / PP;     /* threads per row; code bytes per thread */
+	static_assert(NT == 128 || (NT == 256 && BK == 64), "NT");
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
-	const int wm = wid % WR, wn = wid / WR, g = lane >> 2, tig = lane & 3;
+	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
 	/* this block's matrix (constant indices only: no local copy of M) */
 	const uint8_t *W = M.w[0];
 	const void *SB = M.sb[0];
@@ -1483,12 +1485,12 @@ __global__ void __launch_bounds__(NT, 2)
 		if ((int)blockIdx.y >= M.tile0[i]) {
 			W = M.w[i]; SB = M.sb[i]; rows = M.rows[i]; t0 = M.tile0[i];
 		}
-	const int tok0 = blockIdx.x * TG_BN, row0 = ((int)blockIdx.y - t0) * TG_BM;
+	const int tok0 = blockIdx.x * BN, row0 = ((int)blockIdx.y - t0) * TG_BM;
 	const int nk = cols / BK, ngp = sb_ngp(cols, group), tsh = sb_tsh(group);
 	__half *As = (__half *)(tsm + NS * STAGE); /* [2][TG_BM][LD] */
 	/* rows past the end read the last row, tokens past n the last token;
 	 * neither is stored */
-	const uint8_t *wsrc = W + (size_t)min(row0 + trow, rows - 1) * ((size_t)cols * BITS / 8);
+	const uint8_t *wsrc = W + (size_t)min(row0 + trow, rows - 1) * ((size_t)cols * BITS / 8) + (tid >> 7) * CBT;
 
 	/* Addresses that only move by a constant per step are computed once
 	 * (recomputing them was ~1/4 of the loop's instructions). Thread tid
@@ -1498,18 +1500,18 @@ __global__ void __launch_bounds__(NT, 2)
 	const uint32_t smem0 = smem_u32(tsm);
 	constexpr int TPU = NT / (BK / 8); /* staged rows (hi tokens, then lo) per u */
 	const int xtk = tid / (BK / 8), xpc = tid & (BK / 8 - 1);
-	/* piece u: staged row xtk + u TPU (rows TG_BN.. are lo), so its shared
+	/* piece u: staged row xtk + u TPU (rows BN.. are lo), so its shared
 	 * address is xdst + a constant; the lo half reads hi's token + n cols */
-	const uint32_t xdst = smem0 + NT * CB + (xtk * LD + xpc * 8) * 2;
+	const uint32_t xdst = smem0 + TG_BM * CB + (xtk * LD + xpc * 8) * 2;
 	size_t xoff[XPT / 2];
 #pragma unroll
 	for (int u = 0; u < XPT / 2; u++)
 		xoff[u] = (size_t)min(tok0 + xtk + u * TPU, n - 1) * cols + xpc * 8;
 	auto issue = [&](int kt, int stg) {
 		const uint8_t *src = wsrc + (size_t)kt * CB;
-		const uint32_t dst = smem0 + stg * STAGE + tid * CB;
+		const uint32_t dst = smem0 + stg * STAGE + tid * CBT;
 #pragma unroll
-		for (int u = 0; u < CB / U; u++)
+		for (int u = 0; u < CBT / U; u++)
 			cp_async<U>(dst + u * U, src + u * U);
 		const __half *xh = XH + (size_t)kt * BK, *xl = XL + (size_t)kt * BK;
 #pragma unroll
@@ -1518,23 +1520,18 @@ __global__ void __launch_bounds__(NT, 2)
 				     (u < XPT / 2 ? xh : xl) + xoff[u % (XPT / 2)]);
 	};
 	auto dequant = [&](int kt, int stg) {
-		const uint8_t *src = tsm + stg * STAGE + tid * CB;
-		__half *dst = As + ((kt & 1) * TG_BM + trow) * LD;
+		/* this thread's chunks of 32 columns: its own copies */
+		const uint8_t *src = tsm + stg * STAGE + tid * CBT;
+		__half *dst = As + ((kt & 1) * TG_BM + trow) * LD + (tid >> 7) * (BK / PP);
 #pragma unroll
-		for (int h = 0; h < BK / 32; h++) {
-			if (NT == TG_BM)
-				tg_dequant<BITS, 0, 16>(src + 4 * BITS * h, dst + 32 * h);
-			else if (tid < TG_BM) /* warp-uniform */
-				tg_dequant<BITS, 0, 8>(src + 4 * BITS * h, dst + 32 * h);
-			else
-				tg_dequant<BITS, 8, 16>(src + 4 * BITS * h, dst + 32 * h);
-		}
+		for (int h = 0; h < BK / 32 / PP; h++)
+			tg_dequant<BITS, 0, 16>(src + 4 * BITS * h, dst + 32 * h);
 	};
 	/* ldmatrix addresses: A rows wm*WROWS + (lane & 15) (+16 mi), columns
 	 * (lane >> 4) * 8 (+kk); B tokens wn*32 + (lane & 7) + 8 (lane >> 4)
 	 * (+16 nj), columns ((lane >> 3) & 1) * 8 (+kk); lo after hi */
 	const uint32_t a_lane = smem_u32(As) + ((wm * WROWS + (lane & 15)) * LD + (lane >> 4) * 8) * 2;
-	const uint32_t b_lane = smem0 + NT * CB +
+	const uint32_t b_lane = smem0 + TG_BM * CB +
 				((wn * 32 + (lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8) * 2;
 
 	float acc[MI][4][4], P[MI][4][4];
@@ -1567,12 +1564,7 @@ __global__ void __launch_bounds__(NT, 2)
 			issue(s, s);
 		cp_commit();
 	}
-	/* NT = 128 loads a group's scales, biases and x sums at the previous
-	 * group's end (live through the group: registers to spare); NT = 256
-	 * at the start of the group's last 16 columns (under 128 registers) */
-	constexpr bool LATE = NT == 256;
-	if (!LATE)
-		load_group(0);
+	load_group(0);
 	cp_wait<NS - 2>();
 	dequant(0, 0);
 	__syncthreads();
@@ -1599,11 +1591,9 @@ __global__ void __launch_bounds__(NT, 2)
 				uint32_t r[4];
 				ldsm4(r, b_base + (nj * 16 * LD + kk) * 2);
 				bh[2 * nj][0] = r[0]; bh[2 * nj][1] = r[1]; bh[2 * nj + 1][0] = r[2]; bh[2 * nj + 1][1] = r[3];
-				ldsm4(r, b_base + ((TG_BN + nj * 16) * LD + kk) * 2);
+				ldsm4(r, b_base + ((BN + nj * 16) * LD + kk) * 2);
 				bl[2 * nj][0] = r[0]; bl[2 * nj][1] = r[1]; bl[2 * nj + 1][0] = r[2]; bl[2 * nj + 1][1] = r[3];
 			}
-			if (LATE && (kk & 16) && (k0 + kk + 16) % group == 0)
-				load_group((k0 + kk) / group);
 			/* groups are multiples of 32 columns: a group starts at a
 			 * 32-column boundary (P from zero) and ends after one */
 			if ((kk & 16) == 0 && (k0 + kk) % group == 0) {
@@ -1632,7 +1622,7 @@ __global__ void __launch_bounds__(NT, 2)
 						for (int e = 0; e < 4; e++)
 							acc[mi][ni][e] = fmaf(sv[mi][e >> 1], P[mi][ni][e],
 									      fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
-				if (!LATE && k0 + kk + 16 < cols)
+				if (k0 + kk + 16 < cols)
 					load_group((k0 + kk + 16) / group);
 			}
 		}
@@ -1853,28 +1843,35 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *
 template <int BITS, class S, int BK, int NT>
 static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
 {
-	dim3 grid((x.n + TG_BN - 1) / TG_BN, tiles);
+	dim3 grid((x.n + NT / 2 - 1) / (NT / 2), tiles);
 	k_gemm_tc<BITS, S, BK, NT><<<grid, NT, tg_smem(BITS, BK, NT), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
 										x.xs, x.inv, x.n);
 	LAUNCHED("k_gemm_tc");
 	return 0;
 }
 
-/* Which kernel (kc_gemm_impl): k steps of 32 columns by default. 2: 64
- * for bits <= 6 (8 bits would leave 1 block per SM), 128 threads; measured
- * slower in run 11 (3123 vs 2778 us per 8B layer at n = 512; 88 bytes of
- * spills), 1-4% faster after the loop trim of run 13 (2694 vs 2724 us;
- * 17.9 vs 18.7 ms at n = 4096), not made the default: the forward tests
- * ran on 32 (kernels/cuda/NOTES.md). 3 (one launch per matrix) and 4:
- * 128 threads, run 13's kernel; 0: 256 threads (run 28). */
+/* Which kernel (kc_gemm_impl; 0 takes TG_DEFAULT_IMPL):
+ * 2: 128 threads, k steps of 64 for bits <= 6 (8 bits would leave 1 block
+ *    per SM); measured slower in run 11 (3123 vs 2778 us per 8B layer at
+ *    n = 512; 88 bytes of spills), 1-4% faster after the loop trim of run
+ *    13 and 3-4% in run 28 (kernels/cuda/NOTES.md);
+ * 3: run 13's kernel: 128 threads, k steps of 32, one launch per matrix;
+ * 4: the same kernel, one launch for all matrices (run 28: q/k/v 453 ->
+ *    309 us at n = 512);
+ * 5: 256 threads, 128 tokens per block, k steps of 64 (cols % 64 == 0).
+ * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
+ * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
+ * more instructions per mma. */
+#define TG_DEFAULT_IMPL 5
 template <int BITS, class S>
 static int tg_launch(const tg_mats &M, int tiles, const tg_x &x)
 {
-	if (BITS < 8 && g_gemm_impl == 2 && x.cols % 64 == 0)
+	const int impl = g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
+	if (impl == 5 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256>(M, tiles, x);
+	if (BITS < 8 && impl == 2 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, (BITS < 8 ? 64 : 32), 128>(M, tiles, x);
-	if (g_gemm_impl == 3 || g_gemm_impl == 4)
-		return tg_launch_bk<BITS, S, 32, 128>(M, tiles, x);
-	return tg_launch_bk<BITS, S, 32, 256>(M, tiles, x);
+	return tg_launch_bk<BITS, S, 32, 128>(M, tiles, x);
 }
 
 template <class S>
@@ -1896,7 +1893,7 @@ static int tg_dispatch(int bits, const tg_mats &M, int tiles, const tg_x &x)
  * 13's way, for A/B). */
 static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const float *const *bias, float *const *y)
 {
-	if (g_gemm_impl == 3 && count > 1) {
+	if ((g_gemm_impl == 3 || (!g_gemm_impl && TG_DEFAULT_IMPL == 3)) && count > 1) {
 		for (int i = 0; i < count; i++)
 			if (tg_run(1, ms + i, x, bias ? bias + i : NULL, y + i))
 				return -1;
@@ -1932,8 +1929,8 @@ static int tg_attr(void)
 	TG_ATTR(2, 32, 128); TG_ATTR(3, 32, 128); TG_ATTR(4, 32, 128); TG_ATTR(5, 32, 128); TG_ATTR(6, 32, 128);
 	TG_ATTR(8, 32, 128);
 	TG_ATTR(2, 64, 128); TG_ATTR(3, 64, 128); TG_ATTR(4, 64, 128); TG_ATTR(5, 64, 128); TG_ATTR(6, 64, 128);
-	TG_ATTR(2, 32, 256); TG_ATTR(3, 32, 256); TG_ATTR(4, 32, 256); TG_ATTR(5, 32, 256); TG_ATTR(6, 32, 256);
-	TG_ATTR(8, 32, 256);
+	TG_ATTR(2, 64, 256); TG_ATTR(3, 64, 256); TG_ATTR(4, 64, 256); TG_ATTR(5, 64, 256); TG_ATTR(6, 64, 256);
+	TG_ATTR(8, 64, 256);
 	return 0;
 }
 #undef TG_ATTR
