@@ -16,8 +16,9 @@
  *                    warp per KC_MV_ROWS rows, straight from the packed codes
  *   k_xsplit         prefill: x to per-token scaled f16 hi + lo, group sums
  *   k_gemm_tc        prefill GEMM on the tensor cores (every quantized
- *                    matrix): 128 rows x 64 tokens per block, codes
- *                    dequantized once per block into shared memory
+ *                    matrix): 128 rows x 128 (or 64) tokens per block,
+ *                    codes dequantized once per block into shared memory;
+ *                    up to 3 matrices sharing x (q/k/v, gate/up) in one launch
  *   k_gemm           prefill, dense weights (and kc_gemm_impl(1)): SIMT,
  *                    64x64 output tile
  *   k_qk_rope_append per-head q/k norm + RoPE + KV-cache append
@@ -1261,7 +1262,8 @@ __global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sb, int
  * 2 blocks per SM) or NT = 256 (128 tokens, k steps of 64 only, 1 block
  * per SM: half the dequantization per mma; run 28). k steps of BK = 32 or
  * 64 columns (a group starts and ends on a 32-column boundary). Codes and
- * X hi/lo go through a 4- (BK 32) or 3-deep (BK 64) cp.async ring; step
+ * X hi/lo go through a 4- (BK 32) or 3-deep (BK 64; 4 at NT = 256)
+ * cp.async ring; step
  * k+1's codes are dequantized into the other A buffer before step k's
  * mmas, so one barrier per step suffices: each thread dequantizes only
  * codes it copied itself (at NT = 256 two threads per row, each one of
@@ -1361,9 +1363,8 @@ static __device__ __forceinline__ uint32_t tg_int_pair(uint32_t v)
 }
 
 /* One row's 32 codes of a k step (4*BITS bytes of shared memory) to 32
- * f16 integers in staged order (tg_perm); only pairs [LO, HI) (staged
- * halves 2 LO .. 2 HI) are computed and stored. */
-template <int BITS, int LO, int HI>
+ * f16 integers in staged order (tg_perm). */
+template <int BITS>
 static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *dst)
 {
 	const uint32_t M = 0x64006400u;
@@ -1409,10 +1410,10 @@ static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *ds
 			o[t] = code_in_pack<BITS>(w, 2 * t) | (code_in_pack<BITS>(w, 2 * t + 1) << 16) | M;
 	}
 #pragma unroll
-	for (int t = LO; t < HI; t++)
+	for (int t = 0; t < 16; t++)
 		o[t] = tg_int_pair(o[t]);
 #pragma unroll
-	for (int t = LO; t < HI; t += 4)
+	for (int t = 0; t < 16; t += 4)
 		*(uint4 *)(dst + 2 * t) = make_uint4(o[t], o[t + 1], o[t + 2], o[t + 3]);
 }
 
@@ -1525,7 +1526,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		__half *dst = As + ((kt & 1) * TG_BM + trow) * LD + (tid >> 7) * (BK / PP);
 #pragma unroll
 		for (int h = 0; h < BK / 32 / PP; h++)
-			tg_dequant<BITS, 0, 16>(src + 4 * BITS * h, dst + 32 * h);
+			tg_dequant<BITS>(src + 4 * BITS * h, dst + 32 * h);
 	};
 	/* ldmatrix addresses: A rows wm*WROWS + (lane & 15) (+16 mi), columns
 	 * (lane >> 4) * 8 (+kk); B tokens wn*32 + (lane & 7) + 8 (lane >> 4)
