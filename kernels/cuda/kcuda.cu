@@ -39,6 +39,7 @@
 #include <cuda_bf16.h>
 #include <limits.h>
 #include <math.h>
+#include <type_traits>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1353,6 +1354,25 @@ static __device__ __forceinline__ void tg_mma_z(float (&d)[4], const uint32_t (&
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
 }
 
+/* d += a b with bf16 operands (the bias term of kc_gemm_impl(6), bf16 scales) */
+static __device__ __forceinline__ void tg_mma_bf(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%0,%1,%2,%3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ __forceinline__ uint32_t tg_h2(float lo, float hi)
+{
+	__half2 h = __floats2half2_rn(lo, hi);
+	return *(uint32_t *)&h;
+}
+static __device__ __forceinline__ uint32_t tg_b2(float lo, float hi)
+{
+	__nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&h;
+}
+
 /* (1024 + c) pair -> c pair, exact. Own asm: __hsub2(h, __float2half2_rn(1024))
  * rebuilt the constant (cvt + movs) at every call, 3x the instructions. */
 static __device__ __forceinline__ uint32_t tg_int_pair(uint32_t v)
@@ -1460,7 +1480,7 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 	}
 }
 
-template <int BITS, class S, int BK, int NT>
+template <int BITS, class S, int BK, int NT, int BT>
 __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	k_gemm_tc(const tg_mats M, int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
 		  const float *__restrict__ XS, const float *__restrict__ INV, int n)
@@ -1475,6 +1495,14 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	constexpr int MI = 4, WROWS = 64;                 /* mma tiles, rows per warp */
 	constexpr int PP = NT / TG_BM, CBT = CB / PP;     /* threads per row; code bytes per thread */
 	static_assert(NT == 128 || (NT == 256 && BK == 64), "NT");
+	/* BT (kc_gemm_impl(6), f16 and bf16 scales, whose biases the tensor
+	 * cores take exactly): the group fold is acc += s P only, and the bias
+	 * term sum_g b sum(x') runs after the loop as mmas over 16 groups at a
+	 * time (b as A; the x sums, times 2^-8 to stay in f16 range, split in
+	 * f16 hi + lo or bf16 hi + mid + lo as B); acc is in units of 2^-8
+	 * (s 2^-8 in the fold, exact), undone at the store. */
+	constexpr bool MMB = BT && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
+	constexpr float SC = MMB ? 0.00390625f : 1.0f;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
 	/* this block's matrix (constant indices only: no local copy of M) */
@@ -1551,12 +1579,14 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 			for (int h = 0; h < 2; h++) {
 				S::ldp(SB, sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh),
 				       sv[mi][h], bv[mi][h]);
+				sv[mi][h] *= SC;
 			}
 #pragma unroll
 		for (int ni = 0; ni < 4; ni++)
 #pragma unroll
 			for (int e = 0; e < 2; e++)
-				xv[ni][e] = __ldg(XS + (size_t)gi * n + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1));
+				xv[ni][e] = MMB ? 0.0f
+						: __ldg(XS + (size_t)gi * n + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1));
 	};
 
 #pragma unroll
@@ -1621,14 +1651,77 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 					for (int ni = 0; ni < 4; ni++)
 #pragma unroll
 						for (int e = 0; e < 4; e++)
-							acc[mi][ni][e] = fmaf(sv[mi][e >> 1], P[mi][ni][e],
-									      fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
+							acc[mi][ni][e] = MMB ? fmaf(sv[mi][e >> 1], P[mi][ni][e], acc[mi][ni][e])
+									     : fmaf(sv[mi][e >> 1], P[mi][ni][e],
+										    fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
 				if (k0 + kk + 16 < cols)
 					load_group((k0 + kk + 16) / group);
 			}
 		}
 		__syncthreads();
 		stg = stg1;
+	}
+	if (MMB) { /* the bias term, 16 groups per mma (groups past the last: b = 0) */
+		const int ng = cols / group;
+		for (int g0 = 0; g0 < ng; g0 += 16) {
+			uint32_t ab[MI][4], xb[3][4][2];
+#pragma unroll
+			for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+#pragma unroll
+					for (int q = 0; q < 2; q++) {
+						const int row = min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1);
+						const int k = g0 + 2 * tig + 8 * q;
+						float s_, b0 = 0.0f, b1 = 0.0f;
+						if (k < ng)
+							S::ldp(SB, sb_at(row, k, ngp, tsh), s_, b0);
+						if (k + 1 < ng)
+							S::ldp(SB, sb_at(row, k + 1, ngp, tsh), s_, b1);
+						ab[mi][h + 2 * q] = BF ? tg_b2(b0, b1) : tg_h2(b0, b1);
+					}
+#pragma unroll
+			for (int ni = 0; ni < 4; ni++) {
+				const int tok = min(tok0 + wn * 32 + ni * 8 + g, n - 1);
+#pragma unroll
+				for (int q = 0; q < 2; q++) {
+					const int k = g0 + 2 * tig + 8 * q;
+					float v[2];
+#pragma unroll
+					for (int j = 0; j < 2; j++)
+						v[j] = k + j < ng ? __ldg(XS + (size_t)(k + j) * n + tok) * SC : 0.0f;
+					if (BF) {
+						float r[2], t[2];
+#pragma unroll
+						for (int j = 0; j < 2; j++) {
+							r[j] = __bfloat162float(__float2bfloat16_rn(v[j]));
+							t[j] = __bfloat162float(__float2bfloat16_rn(v[j] - r[j]));
+						}
+						xb[0][ni][q] = tg_b2(r[0], r[1]);
+						xb[1][ni][q] = tg_b2(t[0], t[1]);
+						xb[2][ni][q] = tg_b2(v[0] - r[0] - t[0], v[1] - r[1] - t[1]);
+					} else {
+						float r[2];
+#pragma unroll
+						for (int j = 0; j < 2; j++)
+							r[j] = __half2float(__float2half_rn(v[j]));
+						xb[0][ni][q] = tg_h2(r[0], r[1]);
+						xb[1][ni][q] = tg_h2(v[0] - r[0], v[1] - r[1]);
+					}
+				}
+			}
+#pragma unroll
+			for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+				for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+					for (int p = 0; p < (BF ? 3 : 2); p++) {
+						if (BF)
+							tg_mma_bf(acc[mi][ni], ab[mi], xb[p][ni]);
+						else
+							tg_mma(acc[mi][ni], ab[mi], xb[p][ni]);
+					}
+		}
 	}
 	const float *bias = M.bias[0]; /* picked here, not kept through the loop */
 	float *Y = M.y[0];
@@ -1644,7 +1737,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 			const int tok = tok0 + wn * 32 + ni * 8 + 2 * tig + e;
 			if (tok >= n)
 				continue;
-			const float iv = __ldg(INV + tok);
+			const float iv = __ldg(INV + tok) * (1.0f / SC);
 			float *yr = Y + (size_t)tok * rows;
 #pragma unroll
 			for (int mi = 0; mi < MI; mi++)
@@ -1841,12 +1934,12 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *
 	return 0;
 }
 
-template <int BITS, class S, int BK, int NT>
+template <int BITS, class S, int BK, int NT, int BT = 0>
 static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
 {
 	dim3 grid((x.n + NT / 2 - 1) / (NT / 2), tiles);
-	k_gemm_tc<BITS, S, BK, NT><<<grid, NT, tg_smem(BITS, BK, NT), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
-										x.xs, x.inv, x.n);
+	k_gemm_tc<BITS, S, BK, NT, BT><<<grid, NT, tg_smem(BITS, BK, NT), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
+										    x.xs, x.inv, x.n);
 	LAUNCHED("k_gemm_tc");
 	return 0;
 }
@@ -1859,7 +1952,8 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
  * 3: run 13's kernel: 128 threads, k steps of 32, one launch per matrix;
  * 4: the same kernel, one launch for all matrices (run 28: q/k/v 453 ->
  *    309 us at n = 512);
- * 5: 256 threads, 128 tokens per block, k steps of 64 (cols % 64 == 0).
+ * 5: 256 threads, 128 tokens per block, k steps of 64 (cols % 64 == 0);
+ * 6: 5 with the bias term on the tensor cores (f16 and bf16 scales).
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
  * more instructions per mma. */
@@ -1868,6 +1962,8 @@ template <int BITS, class S>
 static int tg_launch(const tg_mats &M, int tiles, const tg_x &x)
 {
 	const int impl = g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
+	if (impl == 6 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256, 1>(M, tiles, x);
 	if (impl == 5 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256>(M, tiles, x);
 	if (BITS < 8 && impl == 2 && x.cols % 64 == 0)
@@ -1923,7 +2019,9 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 
 /* More than the default 48 KB of shared memory. */
 #define TG_ATTR(B, K, T) \
-	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K, T)))
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K, T, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K, T)))
+#define TG_ATTRB(B) \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
 template <class S>
 static int tg_attr(void)
 {
@@ -1932,9 +2030,11 @@ static int tg_attr(void)
 	TG_ATTR(2, 64, 128); TG_ATTR(3, 64, 128); TG_ATTR(4, 64, 128); TG_ATTR(5, 64, 128); TG_ATTR(6, 64, 128);
 	TG_ATTR(2, 64, 256); TG_ATTR(3, 64, 256); TG_ATTR(4, 64, 256); TG_ATTR(5, 64, 256); TG_ATTR(6, 64, 256);
 	TG_ATTR(8, 64, 256);
+	TG_ATTRB(2); TG_ATTRB(3); TG_ATTRB(4); TG_ATTRB(5); TG_ATTRB(6); TG_ATTRB(8);
 	return 0;
 }
 #undef TG_ATTR
+#undef TG_ATTRB
 
 static int mq_init(void)
 {
