@@ -1501,7 +1501,12 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	 * time (b as A; the x sums, times 2^-8 to stay in f16 range, split in
 	 * f16 hi + lo or bf16 hi + mid + lo as B); acc is in units of 2^-8
 	 * (s 2^-8 in the fold, exact), undone at the store. */
-	constexpr bool MMB = BT && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
+	constexpr bool MMB = (BT & 1) && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
+	/* BT & 2 (kc_gemm_impl(7)): a group's (scale, bias) words stay raw in
+	 * registers until its fold; converted at the load (run 13's form), the
+	 * conversion waited for the load right away, one L2 round trip per
+	 * group (HADD2 right after the LDGs in the SASS, run 28) */
+	constexpr bool RAW = (BT & 2) != 0;
 	constexpr float SC = MMB ? 0.00390625f : 1.0f;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
@@ -1565,6 +1570,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 
 	float acc[MI][4][4], P[MI][4][4];
 	float sv[MI][2], bv[MI][2], xv[4][2];
+	uint32_t sw[MI][2][S::SW]; /* RAW */
 #pragma unroll
 	for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -1577,9 +1583,17 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				S::ldp(SB, sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh),
-				       sv[mi][h], bv[mi][h]);
-				sv[mi][h] *= SC;
+				const size_t e = sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh);
+				if constexpr (!RAW) {
+					S::ldp(SB, e, sv[mi][h], bv[mi][h]);
+					sv[mi][h] *= SC;
+				} else if constexpr (S::SW == 2) {
+					const uint2 v = __ldg((const uint2 *)SB + e);
+					sw[mi][h][0] = v.x;
+					sw[mi][h][S::SW - 1] = v.y;
+				} else {
+					sw[mi][h][0] = __ldg((const uint32_t *)SB + e);
+				}
 			}
 #pragma unroll
 		for (int ni = 0; ni < 4; ni++)
@@ -1645,6 +1659,15 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 					}
 			}
 			if ((kk & 16) && (k0 + kk + 16) % group == 0) {
+				if constexpr (RAW) {
+#pragma unroll
+					for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+						for (int h = 0; h < 2; h++) {
+							sv[mi][h] = S::ps(sw[mi][h]) * SC;
+							bv[mi][h] = S::pb(sw[mi][h]);
+						}
+				}
 #pragma unroll
 				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -1730,6 +1753,21 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		if ((int)blockIdx.y >= M.tile0[i]) {
 			bias = M.bias[i]; Y = M.y[i];
 		}
+	/* every bias and 2^-e first: Y and bias may alias as far as the
+	 * compiler knows, so a load after a store would wait for it */
+	float bz[MI][2], iz[4][2];
+#pragma unroll
+	for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
+			bz[mi][h] = bias && row < rows ? __ldg(bias + row) : 0.0f;
+		}
+#pragma unroll
+	for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+		for (int e = 0; e < 2; e++)
+			iz[ni][e] = __ldg(INV + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1)) * (1.0f / SC);
 #pragma unroll
 	for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -1737,7 +1775,6 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 			const int tok = tok0 + wn * 32 + ni * 8 + 2 * tig + e;
 			if (tok >= n)
 				continue;
-			const float iv = __ldg(INV + tok) * (1.0f / SC);
 			float *yr = Y + (size_t)tok * rows;
 #pragma unroll
 			for (int mi = 0; mi < MI; mi++)
@@ -1745,7 +1782,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 				for (int h = 0; h < 2; h++) {
 					const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
 					if (row < rows)
-						yr[row] = fmaf(acc[mi][ni][2 * h + e], iv, bias ? __ldg(bias + row) : 0.0f);
+						yr[row] = fmaf(acc[mi][ni][2 * h + e], iz[ni][e], bz[mi][h]);
 				}
 		}
 }
@@ -1944,24 +1981,28 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
 	return 0;
 }
 
-/* Which kernel (kc_gemm_impl; 0 takes TG_DEFAULT_IMPL):
- * 2: 128 threads, k steps of 64 for bits <= 6 (8 bits would leave 1 block
- *    per SM); measured slower in run 11 (3123 vs 2778 us per 8B layer at
- *    n = 512; 88 bytes of spills), 1-4% faster after the loop trim of run
- *    13 and 3-4% in run 28 (kernels/cuda/NOTES.md);
- * 3: run 13's kernel: 128 threads, k steps of 32, one launch per matrix;
- * 4: the same kernel, one launch for all matrices (run 28: q/k/v 453 ->
- *    309 us at n = 512);
- * 5: 256 threads, 128 tokens per block, k steps of 64 (cols % 64 == 0);
- * 6: 5 with the bias term on the tensor cores (f16 and bf16 scales).
+/* Which kernel (kc_gemm_impl; 0 takes TG_DEFAULT_IMPL). Per 8B layer at
+ * n = 512 / 4096 (q4 g64 f16, us, run 28 call 3; kernels/cuda/NOTES.md):
+ * 3: run 13's kernel: 128 threads, 64 tokens, k steps of 32, one launch
+ *    per matrix (2580 / 17668);
+ * 4: the same kernel, one launch for all matrices (2382 / 17477);
+ * 2: 4 with k steps of 64 for bits <= 6 (8 bits would leave 1 block per
+ *    SM): 2415 / 17699 (call 1: 2226 / 16582: within the calls' spread);
+ * 5: 256 threads, 128 tokens per block, k steps of 64 (cols % 64 == 0),
+ *    1 block per SM (2333 / 17364);
+ * 6: 5 with the bias term on the tensor cores (f16 and bf16 scales; f32
+ *    scales keep the FFMA fold): 2287 / 16669, the default;
+ * 7: 6 with the (scale, bias) words converted at the fold, not the load.
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
  * more instructions per mma. */
-#define TG_DEFAULT_IMPL 5
+#define TG_DEFAULT_IMPL 6
 template <int BITS, class S>
 static int tg_launch(const tg_mats &M, int tiles, const tg_x &x)
 {
 	const int impl = g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
+	if (impl == 7 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256, 3>(M, tiles, x);
 	if (impl == 6 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 1>(M, tiles, x);
 	if (impl == 5 && x.cols % 64 == 0)
@@ -2021,7 +2062,8 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 #define TG_ATTR(B, K, T) \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K, T, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K, T)))
 #define TG_ATTRB(B) \
-	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
 template <class S>
 static int tg_attr(void)
 {
