@@ -1501,12 +1501,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	 * time (b as A; the x sums, times 2^-8 to stay in f16 range, split in
 	 * f16 hi + lo or bf16 hi + mid + lo as B); acc is in units of 2^-8
 	 * (s 2^-8 in the fold, exact), undone at the store. */
-	constexpr bool MMB = (BT & 1) && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
-	/* BT & 2 (kc_gemm_impl(7)): a group's (scale, bias) words stay raw in
-	 * registers until its fold; converted at the load (run 13's form), the
-	 * conversion waited for the load right away, one L2 round trip per
-	 * group (HADD2 right after the LDGs in the SASS, run 28) */
-	constexpr bool RAW = (BT & 2) != 0;
+	constexpr bool MMB = BT && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
 	constexpr float SC = MMB ? 0.00390625f : 1.0f;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
@@ -1570,7 +1565,6 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 
 	float acc[MI][4][4], P[MI][4][4];
 	float sv[MI][2], bv[MI][2], xv[4][2];
-	uint32_t sw[MI][2][S::SW]; /* RAW */
 #pragma unroll
 	for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -1583,17 +1577,9 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				const size_t e = sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh);
-				if constexpr (!RAW) {
-					S::ldp(SB, e, sv[mi][h], bv[mi][h]);
-					sv[mi][h] *= SC;
-				} else if constexpr (S::SW == 2) {
-					const uint2 v = __ldg((const uint2 *)SB + e);
-					sw[mi][h][0] = v.x;
-					sw[mi][h][S::SW - 1] = v.y;
-				} else {
-					sw[mi][h][0] = __ldg((const uint32_t *)SB + e);
-				}
+				S::ldp(SB, sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh),
+				       sv[mi][h], bv[mi][h]);
+				sv[mi][h] *= SC;
 			}
 #pragma unroll
 		for (int ni = 0; ni < 4; ni++)
@@ -1659,15 +1645,6 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 					}
 			}
 			if ((kk & 16) && (k0 + kk + 16) % group == 0) {
-				if constexpr (RAW) {
-#pragma unroll
-					for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-						for (int h = 0; h < 2; h++) {
-							sv[mi][h] = S::ps(sw[mi][h]) * SC;
-							bv[mi][h] = S::pb(sw[mi][h]);
-						}
-				}
 #pragma unroll
 				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -1753,21 +1730,6 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		if ((int)blockIdx.y >= M.tile0[i]) {
 			bias = M.bias[i]; Y = M.y[i];
 		}
-	/* every bias and 2^-e first: Y and bias may alias as far as the
-	 * compiler knows, so a load after a store would wait for it */
-	float bz[MI][2], iz[4][2];
-#pragma unroll
-	for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
-			bz[mi][h] = bias && row < rows ? __ldg(bias + row) : 0.0f;
-		}
-#pragma unroll
-	for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-		for (int e = 0; e < 2; e++)
-			iz[ni][e] = __ldg(INV + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1)) * (1.0f / SC);
 #pragma unroll
 	for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -1775,6 +1737,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 			const int tok = tok0 + wn * 32 + ni * 8 + 2 * tig + e;
 			if (tok >= n)
 				continue;
+			const float iv = __ldg(INV + tok) * (1.0f / SC);
 			float *yr = Y + (size_t)tok * rows;
 #pragma unroll
 			for (int mi = 0; mi < MI; mi++)
@@ -1782,7 +1745,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 				for (int h = 0; h < 2; h++) {
 					const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
 					if (row < rows)
-						yr[row] = fmaf(acc[mi][ni][2 * h + e], iz[ni][e], bz[mi][h]);
+						yr[row] = fmaf(acc[mi][ni][2 * h + e], iv, bias ? __ldg(bias + row) : 0.0f);
 				}
 		}
 }
@@ -1991,8 +1954,7 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
  * 5: 256 threads, 128 tokens per block, k steps of 64 (cols % 64 == 0),
  *    1 block per SM (2333 / 17364);
  * 6: 5 with the bias term on the tensor cores (f16 and bf16 scales; f32
- *    scales keep the FFMA fold): 2287 / 16669, the default;
- * 7: 6 with the (scale, bias) words converted at the fold, not the load.
+ *    scales keep the FFMA fold): 2287 / 16669, the default.
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
  * more instructions per mma. */
@@ -2001,8 +1963,6 @@ template <int BITS, class S>
 static int tg_launch(const tg_mats &M, int tiles, const tg_x &x)
 {
 	const int impl = g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
-	if (impl == 7 && x.cols % 64 == 0)
-		return tg_launch_bk<BITS, S, 64, 256, 3>(M, tiles, x);
 	if (impl == 6 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 1>(M, tiles, x);
 	if (impl == 5 && x.cols % 64 == 0)
@@ -2062,8 +2022,7 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 #define TG_ATTR(B, K, T) \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K, T, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K, T)))
 #define TG_ATTRB(B) \
-	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
-	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
 template <class S>
 static int tg_attr(void)
 {

@@ -94,8 +94,7 @@ int kc_linear_reserve(int n, int cols);
  * tokens, k steps of 32) with one launch per matrix, 4 the same kernel
  * with one launch for all matrices of a kc_linear_multi, 5 128 tokens per
  * block where cols % 64 == 0, 6 the same with the bias term on the tensor
- * cores, 7 6 with the scales converted late (tests and benchmarks compare
- * them).
+ * cores (tests and benchmarks compare them).
  * impl < 0 only reads; returns the previous setting; not thread-safe. */
 int kc_gemm_impl(int impl);
 /* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one
