@@ -373,9 +373,12 @@ static double time_once(int a, int b)
 }
 
 /* The prefill GEMM alone at the Llama-3.1-8B shapes (q4 g64 f16) for n
- * tokens, SIMT (kc_gemm_impl(1)) and tensor cores: median of 3 calls
- * (the SIMT kernel once at n = 4096: seconds); TF/s counts 2 rows cols n
- * (the useful work: the tensor-core kernel issues twice that, hi + lo). */
+ * tokens under each tensor-core variant (kc_gemm_impl 3: run 13's kernel,
+ * one launch per matrix; 4: the same kernel, one launch for all matrices;
+ * 2: k steps of 64, one launch; 5: 128 tokens per block, one launch; 6: 5
+ * with the bias term on the tensor cores; the default is one of them, kcuda.cu TG_DEFAULT_IMPL): median of 3 calls; TF/s counts 2 rows cols n (the useful work:
+ * the tensor-core kernel issues twice that, hi + lo). The SIMT GEMM
+ * (kc_gemm_impl(1)) left the table in run 28: 5x slower, seconds at 4096. */
 static void bench_gemm(const int *ns, int nn)
 {
 	static const struct {
@@ -389,9 +392,10 @@ static void bench_gemm(const int *ns, int nn)
 	};
 	for (int ni = 0; ni < nn; ni++) {
 		int n = ns[ni];
-		printf("\n%-22s n=%-5d %9s %6s %9s %6s %9s %6s\n", "gemm 8B q4g64", n, "simt us", "TF/s", "tc64 us", "TF/s",
-		       "tc us", "TF/s");
-		double tot[3] = {0, 0, 0};
+		printf("\n%-22s n=%-5d %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s\n", "gemm 8B q4g64", n, "r13 us", "TF/s",
+		       "1launch", "TF/s", "tc64 us", "TF/s", "128tok", "TF/s", "+bmma", "TF/s");
+		static const int impls[5] = {3, 4, 2, 5, 6};
+		double tot[5] = {0, 0, 0, 0, 0};
 		for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 			kq_matrix mats[3];
 			int outs = 0;
@@ -409,12 +413,10 @@ static void bench_gemm(const int *ns, int nn)
 				if (!(y[i] = kc_malloc((size_t)n * ms[k].rows[i] * 4)))
 					die("y");
 			const kq_matrix *mp[3] = {&mats[0], &mats[1], &mats[2]};
-			double us[3];
-			static const int order[3] = {1, 0, 2};
-			for (int oi = 0; oi < 3; oi++) {
-				int impl = order[oi];
-				kc_gemm_impl(impl);
-				int reps = impl == 1 && n > 1024 ? 1 : 3;
+			double us[5];
+			for (int oi = 0; oi < 5; oi++) {
+				kc_gemm_impl(impls[oi]);
+				const int reps = 3;
 				double ts[3];
 				for (int r = 0; r < reps; r++) {
 					kc_timer_mark(4);
@@ -425,13 +427,15 @@ static void bench_gemm(const int *ns, int nn)
 					ts[r] = time_once(4, 5);
 				}
 				qsort(ts, (size_t)reps, sizeof(double), cmp_d);
-				us[impl] = ts[reps / 2] * 1e6;
+				us[oi] = ts[reps / 2] * 1e6;
 			}
 			kc_gemm_impl(0);
 			double fl = 2.0 * outs * ms[k].cols * (double)n;
-			printf("%-28s %9.0f %6.1f %9.0f %6.1f %9.0f %6.1f\n", ms[k].name, us[1], fl / us[1] * 1e-6, us[2],
-			       fl / us[2] * 1e-6, us[0], fl / us[0] * 1e-6);
-			for (int i = 0; i < 3; i++)
+			printf("%-28s", ms[k].name);
+			for (int i = 0; i < 5; i++)
+				printf(" %9.0f %6.1f", us[i], fl / us[i] * 1e-6);
+			printf("\n");
+			for (int i = 0; i < 5; i++)
 				tot[i] += us[i];
 			for (int i = 0; i < ms[k].count; i++) {
 				kc_matrix_free(&mats[i]);
@@ -439,8 +443,8 @@ static void bench_gemm(const int *ns, int nn)
 			}
 			kc_free(x);
 		}
-		printf("%-28s %9.0f %6s %9.0f %6s %9.0f   (one layer; x32 layers = %.1f ms tc)\n", "sum", tot[1], "",
-		       tot[2], "", tot[0], tot[0] * 32 / 1e3);
+		printf("%-28s %9.0f %6s %9.0f %6s %9.0f %6s %9.0f %6s %9.0f   (one layer)\n", "sum", tot[0], "", tot[1], "",
+		       tot[2], "", tot[3], "", tot[4]);
 	}
 	/* prefill attention of n queries from position 0, 8B heads */
 	printf("\n%-28s %9s %9s %8s\n", "attention 8B (32/8 x 128)", "n", "us", "TF/s");
@@ -489,16 +493,18 @@ int main(int argc, char **argv)
 	printf("device: %s; measured read bandwidth %.0f GB/s (4 GiB reduction, median of 7)\n", dev, bw / 1e9);
 	/* "mv": the matvec table alone; otherwise it comes first, then the
 	 * models named (all three when none is) */
-	int nmodels = 0, mv_only = 0, gemm = 0, att = 0;
+	int nmodels = 0, mv_only = 0, gemm = 0, att = 0, models = 0; /* "models": no table first */
 	for (int i = 1; i < argc; i++) {
 		mv_only |= !strcmp(argv[i], "mv");
 		gemm |= !strcmp(argv[i], "gemm");
 		att |= !strcmp(argv[i], "att");
+		models |= !strcmp(argv[i], "models");
 		g_prof = !strcmp(argv[i], "prof") ? 1 : !strcmp(argv[i], "prof4k") ? 2 : g_prof;
 		nmodels += strcmp(argv[i], "mv") && strcmp(argv[i], "prof") && strcmp(argv[i], "prof4k") &&
-			   strcmp(argv[i], "gemm") && strcmp(argv[i], "att");
+			   strcmp(argv[i], "gemm") && strcmp(argv[i], "att") && strcmp(argv[i], "models");
 	}
-	if (gemm) {
+	if (models) {
+	} else if (gemm) {
 		static const int ns[2] = {512, 4096};
 		bench_gemm(ns, 2);
 	} else if (att) {
@@ -517,6 +523,11 @@ int main(int argc, char **argv)
 	if (mi) {
 		kc_matvec_impl(atoi(mi));
 		printf("matvec impl %d\n", atoi(mi));
+	}
+	const char *gi = getenv("GEMM_IMPL"); /* the models under another GEMM impl (kc_gemm_impl) */
+	if (gi) {
+		kc_gemm_impl(atoi(gi));
+		printf("gemm impl %d\n", atoi(gi));
 	}
 	const char *ri = getenv("RESID_IMPL"); /* the models under kc_residual_impl (1: separate add + norm) */
 	if (ri) {

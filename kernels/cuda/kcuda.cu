@@ -18,8 +18,9 @@
  *                    warp per KC_MV_ROWS rows, straight from the packed codes
  *   k_xsplit         prefill: x to per-token scaled f16 hi + lo, group sums
  *   k_gemm_tc        prefill GEMM on the tensor cores (every quantized
- *                    matrix): 128 rows x 64 tokens per block, codes
- *                    dequantized once per block into shared memory
+ *                    matrix): 128 rows x 128 (or 64) tokens per block,
+ *                    codes dequantized once per block into shared memory;
+ *                    up to 3 matrices sharing x (q/k/v, gate/up) in one launch
  *   k_gemm           prefill, dense weights (and kc_gemm_impl(1)): SIMT,
  *                    64x64 output tile
  *   k_qk_rope_append per-head q/k norm + RoPE + KV-cache append
@@ -38,7 +39,9 @@
 #include <cuda_profiler_api.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <limits.h>
 #include <math.h>
+#include <type_traits>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1526,32 +1529,49 @@ __global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sb, int
  *   2 bits: t, t+8); k_xsplit writes X in the same order, and a dot
  *   product does not depend on the order of its terms. 3, 5, 6 bits keep
  *   the natural order (codes extracted one by one).
- * Tiles: a block of TG_THREADS (4 warps, 2 x 2) owns TG_BM weight rows x
- * TG_BN tokens (warp tile 64 x 32: 4 x 4 mma tiles; P and acc take 128
- * registers, so 2 blocks per SM); k steps of BK = 32 or 64 columns (a
- * group starts and ends on a 32-column boundary). Codes and X hi/lo go
- * through a 4- (BK 32) or 3-deep (BK 64)
- * cp.async ring; step k+1's codes are dequantized into the other A buffer
- * before step k's mmas, so one barrier per step suffices. The grid runs
+ * Tiles: a block of NT threads owns TG_BM weight rows x NT / 2 tokens; its
+ * warps are 2 (rows) x NT / 64 (tokens), warp tile 64 x 32 (4 x 4 mma
+ * tiles; P and acc take 128 registers, ~250 in all): NT = 128 (64 tokens,
+ * 2 blocks per SM) or NT = 256 (128 tokens, k steps of 64 only, 1 block
+ * per SM: half the dequantization per mma; run 28). k steps of BK = 32 or
+ * 64 columns (a group starts and ends on a 32-column boundary). Codes and
+ * X hi/lo go through a 4- (BK 32) or 3-deep (BK 64; 4 at NT = 256)
+ * cp.async ring; step
+ * k+1's codes are dequantized into the other A buffer before step k's
+ * mmas, so one barrier per step suffices: each thread dequantizes only
+ * codes it copied itself (at NT = 256 two threads per row, each one of
+ * the step's two 32-column chunks). The grid runs
  * token tiles fastest: the blocks that share a weight tile run together
- * and the weights are read from memory about once. */
+ * and the weights are read from memory about once. One launch covers up
+ * to KC_MAX_FUSE matrices on one split x (tg_mats: q/k/v, gate/up). */
 #define TG_BM 128
-#define TG_BN 64
-#define TG_THREADS 128
 /* BK (columns per k step) 32: 4 stages; 64: 3 stages (half the barriers
- * and per-step overhead; 8 bits would not fit 2 blocks per SM) */
-static __host__ __device__ constexpr int tg_stages(int bk) { return bk == 32 ? 4 : 3; }
+ * and per-step overhead; 8 bits would not fit 2 blocks per SM), or 4 at
+ * NT = 256 (one block per SM: at most 217 KB of shared memory) */
+static __host__ __device__ constexpr int tg_stages(int bk, int nt) { return bk == 32 || nt == 256 ? 4 : 3; }
 /* halves per staged row: BK + 8, so ldmatrix's 8 rows (80 or 144 B
  * apart) hit distinct banks */
 static __host__ __device__ constexpr int tg_ld(int bk) { return bk + 8; }
-static __host__ __device__ constexpr int tg_stage_bytes(int bits, int bk)
+/* one stage: TG_BM rows of codes + X hi and lo of nt / 2 tokens */
+static __host__ __device__ constexpr int tg_stage_bytes(int bits, int bk, int nt)
 {
-	return TG_BM * bk / 8 * bits + 2 * TG_BN * tg_ld(bk) * 2;
+	return TG_BM * bk / 8 * bits + 2 * (nt / 2) * tg_ld(bk) * 2;
 }
-static __host__ __device__ constexpr int tg_smem(int bits, int bk)
+static __host__ __device__ constexpr int tg_smem(int bits, int bk, int nt)
 {
-	return tg_stages(bk) * tg_stage_bytes(bits, bk) + 2 * TG_BM * tg_ld(bk) * 2;
+	return tg_stages(bk, nt) * tg_stage_bytes(bits, bk, nt) + 2 * TG_BM * tg_ld(bk) * 2;
 }
+
+/* The matrices of one launch: matrix i owns the grid's row tiles
+ * [tile0[i], tile0[i + 1]); unused entries have tile0 = INT_MAX. */
+struct tg_mats {
+	const uint8_t *w[KC_MAX_FUSE];
+	const void *sb[KC_MAX_FUSE];
+	const float *bias[KC_MAX_FUSE];
+	float *y[KC_MAX_FUSE];
+	int rows[KC_MAX_FUSE];
+	int tile0[KC_MAX_FUSE];
+};
 
 /* Position q (0..15) of a block of 16 staged columns holds column
  * tg_perm(bits, q) of that block (see above). */
@@ -1604,6 +1624,25 @@ static __device__ __forceinline__ void tg_mma_z(float (&d)[4], const uint32_t (&
 	    "{%10,%10,%10,%10};\n"
 	    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+}
+
+/* d += a b with bf16 operands (the bias term of kc_gemm_impl(6), bf16 scales) */
+static __device__ __forceinline__ void tg_mma_bf(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%0,%1,%2,%3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ __forceinline__ uint32_t tg_h2(float lo, float hi)
+{
+	__half2 h = __floats2half2_rn(lo, hi);
+	return *(uint32_t *)&h;
+}
+static __device__ __forceinline__ uint32_t tg_b2(float lo, float hi)
+{
+	__nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&h;
 }
 
 /* (1024 + c) pair -> c pair, exact. Own asm: __hsub2(h, __float2half2_rn(1024))
@@ -1713,36 +1752,56 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 	}
 }
 
-template <int BITS, class S, int BK>
-__global__ void __launch_bounds__(TG_THREADS, 2)
-	k_gemm_tc(const uint8_t *__restrict__ W, const void *__restrict__ SB, int rows, int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
-		  const float *__restrict__ XS, const float *__restrict__ INV, int n, const float *__restrict__ bias,
-		  float *__restrict__ Y)
+template <int BITS, class S, int BK, int NT, int BT>
+__global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
+	k_gemm_tc(const tg_mats M, int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
+		  const float *__restrict__ XS, const float *__restrict__ INV, int n)
 {
 	extern __shared__ __align__(16) uint8_t tsm[];
-	constexpr int NS = tg_stages(BK), LD = tg_ld(BK);
+	constexpr int NS = tg_stages(BK, NT), LD = tg_ld(BK);
 	constexpr int CB = BK / 8 * BITS; /* code bytes of one row in one k step */
-	constexpr int STAGE = tg_stage_bytes(BITS, BK);
+	constexpr int STAGE = tg_stage_bytes(BITS, BK, NT);
 	constexpr int U = BITS % 4 == 0 ? 16 : BITS % 2 == 0 ? 8 : 4; /* cp.async size for the codes */
-	constexpr int XPT = 2 * TG_BN * (BK / 8) / TG_THREADS;     /* X pieces (16 B) per thread per step */
-	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	constexpr int BN = NT / 2;                        /* tokens per block */
+	constexpr int XPT = 2 * BN * (BK / 8) / NT;       /* X pieces (16 B) per thread per step */
+	constexpr int MI = 4, WROWS = 64;                 /* mma tiles, rows per warp */
+	constexpr int PP = NT / TG_BM, CBT = CB / PP;     /* threads per row; code bytes per thread */
+	static_assert(NT == 128 || (NT == 256 && BK == 64), "NT");
+	/* BT (kc_gemm_impl(6), f16 and bf16 scales, whose biases the tensor
+	 * cores take exactly): the group fold is acc += s P only, and the bias
+	 * term sum_g b sum(x') runs after the loop as mmas over 16 groups at a
+	 * time (b as A; the x sums, times 2^-8 to stay in f16 range, split in
+	 * f16 hi + lo or bf16 hi + mid + lo as B); acc is in units of 2^-8
+	 * (s 2^-8 in the fold, exact), undone at the store. */
+	constexpr bool MMB = BT && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
+	constexpr float SC = MMB ? 0.00390625f : 1.0f;
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
-	const int tok0 = blockIdx.x * TG_BN, row0 = blockIdx.y * TG_BM;
+	/* this block's matrix (constant indices only: no local copy of M) */
+	const uint8_t *W = M.w[0];
+	const void *SB = M.sb[0];
+	int rows = M.rows[0], t0 = 0;
+#pragma unroll
+	for (int i = 1; i < KC_MAX_FUSE; i++)
+		if ((int)blockIdx.y >= M.tile0[i]) {
+			W = M.w[i]; SB = M.sb[i]; rows = M.rows[i]; t0 = M.tile0[i];
+		}
+	const int tok0 = blockIdx.x * BN, row0 = ((int)blockIdx.y - t0) * TG_BM;
 	const int nk = cols / BK, ngp = sb_ngp(cols, group), tsh = sb_tsh(group);
 	__half *As = (__half *)(tsm + NS * STAGE); /* [2][TG_BM][LD] */
 	/* rows past the end read the last row, tokens past n the last token;
 	 * neither is stored */
-	const uint8_t *wsrc = W + (size_t)min(row0 + tid, rows - 1) * ((size_t)cols * BITS / 8);
+	const uint8_t *wsrc = W + (size_t)min(row0 + trow, rows - 1) * ((size_t)cols * BITS / 8) + (tid >> 7) * CBT;
 
 	/* Addresses that only move by a constant per step are computed once
 	 * (recomputing them was ~1/4 of the loop's instructions). Thread tid
-	 * copies X pieces i = tid + TG_THREADS u: (hi|lo, token, 16-byte
-	 * piece); TG_THREADS covers whole tokens, so the token of piece u is
+	 * copies X pieces i = tid + NT u: (hi|lo, token, 16-byte piece); NT
+	 * covers whole tokens, so the token of piece u is
 	 * that of piece 0 plus a constant. */
 	const uint32_t smem0 = smem_u32(tsm);
-	constexpr int TPU = TG_THREADS / (BK / 8); /* staged rows (hi tokens, then lo) per u */
+	constexpr int TPU = NT / (BK / 8); /* staged rows (hi tokens, then lo) per u */
 	const int xtk = tid / (BK / 8), xpc = tid & (BK / 8 - 1);
-	/* piece u: staged row xtk + u TPU (rows TG_BN.. are lo), so its shared
+	/* piece u: staged row xtk + u TPU (rows BN.. are lo), so its shared
 	 * address is xdst + a constant; the lo half reads hi's token + n cols */
 	const uint32_t xdst = smem0 + TG_BM * CB + (xtk * LD + xpc * 8) * 2;
 	size_t xoff[XPT / 2];
@@ -1751,9 +1810,9 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 		xoff[u] = (size_t)min(tok0 + xtk + u * TPU, n - 1) * cols + xpc * 8;
 	auto issue = [&](int kt, int stg) {
 		const uint8_t *src = wsrc + (size_t)kt * CB;
-		const uint32_t dst = smem0 + stg * STAGE + tid * CB;
+		const uint32_t dst = smem0 + stg * STAGE + tid * CBT;
 #pragma unroll
-		for (int u = 0; u < CB / U; u++)
+		for (int u = 0; u < CBT / U; u++)
 			cp_async<U>(dst + u * U, src + u * U);
 		const __half *xh = XH + (size_t)kt * BK, *xl = XL + (size_t)kt * BK;
 #pragma unroll
@@ -1762,23 +1821,24 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 				     (u < XPT / 2 ? xh : xl) + xoff[u % (XPT / 2)]);
 	};
 	auto dequant = [&](int kt, int stg) {
-		const uint8_t *src = tsm + stg * STAGE + tid * CB;
-		__half *dst = As + ((kt & 1) * TG_BM + tid) * LD;
+		/* this thread's chunks of 32 columns: its own copies */
+		const uint8_t *src = tsm + stg * STAGE + tid * CBT;
+		__half *dst = As + ((kt & 1) * TG_BM + trow) * LD + (tid >> 7) * (BK / PP);
 #pragma unroll
-		for (int h = 0; h < BK / 32; h++)
+		for (int h = 0; h < BK / 32 / PP; h++)
 			tg_dequant<BITS>(src + 4 * BITS * h, dst + 32 * h);
 	};
-	/* ldmatrix addresses: A rows wm*64 + (lane & 15) (+16 mi), columns
+	/* ldmatrix addresses: A rows wm*WROWS + (lane & 15) (+16 mi), columns
 	 * (lane >> 4) * 8 (+kk); B tokens wn*32 + (lane & 7) + 8 (lane >> 4)
 	 * (+16 nj), columns ((lane >> 3) & 1) * 8 (+kk); lo after hi */
-	const uint32_t a_lane = smem_u32(As) + ((wm * 64 + (lane & 15)) * LD + (lane >> 4) * 8) * 2;
+	const uint32_t a_lane = smem_u32(As) + ((wm * WROWS + (lane & 15)) * LD + (lane >> 4) * 8) * 2;
 	const uint32_t b_lane = smem0 + TG_BM * CB +
 				((wn * 32 + (lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8) * 2;
 
-	float acc[4][4][4], P[4][4][4];
-	float sv[4][2], bv[4][2], xv[4][2];
+	float acc[MI][4][4], P[MI][4][4];
+	float sv[MI][2], bv[MI][2], xv[4][2];
 #pragma unroll
-	for (int mi = 0; mi < 4; mi++)
+	for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 		for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -1786,17 +1846,19 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 				acc[mi][ni][e] = P[mi][ni][e] = 0.0f;
 	auto load_group = [&](int gi) {
 #pragma unroll
-		for (int mi = 0; mi < 4; mi++)
+		for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				S::ldp(SB, sb_at(min(row0 + wm * 64 + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh),
+				S::ldp(SB, sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh),
 				       sv[mi][h], bv[mi][h]);
+				sv[mi][h] *= SC;
 			}
 #pragma unroll
 		for (int ni = 0; ni < 4; ni++)
 #pragma unroll
 			for (int e = 0; e < 2; e++)
-				xv[ni][e] = __ldg(XS + (size_t)gi * n + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1));
+				xv[ni][e] = MMB ? 0.0f
+						: __ldg(XS + (size_t)gi * n + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1));
 	};
 
 #pragma unroll
@@ -1823,23 +1885,23 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 		const uint32_t a_base = a_lane + (kt & 1) * (TG_BM * LD * 2), b_base = b_lane + stg * STAGE;
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 16) {
-			uint32_t a[4][4], bh[4][2], bl[4][2];
+			uint32_t a[MI][4], bh[4][2], bl[4][2];
 #pragma unroll
-			for (int mi = 0; mi < 4; mi++)
+			for (int mi = 0; mi < MI; mi++)
 				ldsm4(a[mi], a_base + (mi * 16 * LD + kk) * 2);
 #pragma unroll
 			for (int nj = 0; nj < 2; nj++) {
 				uint32_t r[4];
 				ldsm4(r, b_base + (nj * 16 * LD + kk) * 2);
 				bh[2 * nj][0] = r[0]; bh[2 * nj][1] = r[1]; bh[2 * nj + 1][0] = r[2]; bh[2 * nj + 1][1] = r[3];
-				ldsm4(r, b_base + ((TG_BN + nj * 16) * LD + kk) * 2);
+				ldsm4(r, b_base + ((BN + nj * 16) * LD + kk) * 2);
 				bl[2 * nj][0] = r[0]; bl[2 * nj][1] = r[1]; bl[2 * nj + 1][0] = r[2]; bl[2 * nj + 1][1] = r[3];
 			}
 			/* groups are multiples of 32 columns: a group starts at a
 			 * 32-column boundary (P from zero) and ends after one */
 			if ((kk & 16) == 0 && (k0 + kk) % group == 0) {
 #pragma unroll
-				for (int mi = 0; mi < 4; mi++)
+				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 					for (int ni = 0; ni < 4; ni++) {
 						tg_mma_z(P[mi][ni], a[mi], bh[ni]);
@@ -1847,7 +1909,7 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 					}
 			} else {
 #pragma unroll
-				for (int mi = 0; mi < 4; mi++)
+				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 					for (int ni = 0; ni < 4; ni++) {
 						tg_mma(P[mi][ni], a[mi], bh[ni]);
@@ -1856,13 +1918,14 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 			}
 			if ((kk & 16) && (k0 + kk + 16) % group == 0) {
 #pragma unroll
-				for (int mi = 0; mi < 4; mi++)
+				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 					for (int ni = 0; ni < 4; ni++)
 #pragma unroll
 						for (int e = 0; e < 4; e++)
-							acc[mi][ni][e] = fmaf(sv[mi][e >> 1], P[mi][ni][e],
-									      fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
+							acc[mi][ni][e] = MMB ? fmaf(sv[mi][e >> 1], P[mi][ni][e], acc[mi][ni][e])
+									     : fmaf(sv[mi][e >> 1], P[mi][ni][e],
+										    fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
 				if (k0 + kk + 16 < cols)
 					load_group((k0 + kk + 16) / group);
 			}
@@ -1870,6 +1933,75 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 		__syncthreads();
 		stg = stg1;
 	}
+	if (MMB) { /* the bias term, 16 groups per mma (groups past the last: b = 0) */
+		const int ng = cols / group;
+		for (int g0 = 0; g0 < ng; g0 += 16) {
+			uint32_t ab[MI][4], xb[3][4][2];
+#pragma unroll
+			for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+				for (int h = 0; h < 2; h++)
+#pragma unroll
+					for (int q = 0; q < 2; q++) {
+						const int row = min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1);
+						const int k = g0 + 2 * tig + 8 * q;
+						float s_, b0 = 0.0f, b1 = 0.0f;
+						if (k < ng)
+							S::ldp(SB, sb_at(row, k, ngp, tsh), s_, b0);
+						if (k + 1 < ng)
+							S::ldp(SB, sb_at(row, k + 1, ngp, tsh), s_, b1);
+						ab[mi][h + 2 * q] = BF ? tg_b2(b0, b1) : tg_h2(b0, b1);
+					}
+#pragma unroll
+			for (int ni = 0; ni < 4; ni++) {
+				const int tok = min(tok0 + wn * 32 + ni * 8 + g, n - 1);
+#pragma unroll
+				for (int q = 0; q < 2; q++) {
+					const int k = g0 + 2 * tig + 8 * q;
+					float v[2];
+#pragma unroll
+					for (int j = 0; j < 2; j++)
+						v[j] = k + j < ng ? __ldg(XS + (size_t)(k + j) * n + tok) * SC : 0.0f;
+					if (BF) {
+						float r[2], t[2];
+#pragma unroll
+						for (int j = 0; j < 2; j++) {
+							r[j] = __bfloat162float(__float2bfloat16_rn(v[j]));
+							t[j] = __bfloat162float(__float2bfloat16_rn(v[j] - r[j]));
+						}
+						xb[0][ni][q] = tg_b2(r[0], r[1]);
+						xb[1][ni][q] = tg_b2(t[0], t[1]);
+						xb[2][ni][q] = tg_b2(v[0] - r[0] - t[0], v[1] - r[1] - t[1]);
+					} else {
+						float r[2];
+#pragma unroll
+						for (int j = 0; j < 2; j++)
+							r[j] = __half2float(__float2half_rn(v[j]));
+						xb[0][ni][q] = tg_h2(r[0], r[1]);
+						xb[1][ni][q] = tg_h2(v[0] - r[0], v[1] - r[1]);
+					}
+				}
+			}
+#pragma unroll
+			for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+				for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+					for (int p = 0; p < (BF ? 3 : 2); p++) {
+						if (BF)
+							tg_mma_bf(acc[mi][ni], ab[mi], xb[p][ni]);
+						else
+							tg_mma(acc[mi][ni], ab[mi], xb[p][ni]);
+					}
+		}
+	}
+	const float *bias = M.bias[0]; /* picked here, not kept through the loop */
+	float *Y = M.y[0];
+#pragma unroll
+	for (int i = 1; i < KC_MAX_FUSE; i++)
+		if ((int)blockIdx.y >= M.tile0[i]) {
+			bias = M.bias[i]; Y = M.y[i];
+		}
 #pragma unroll
 	for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -1877,13 +2009,13 @@ __global__ void __launch_bounds__(TG_THREADS, 2)
 			const int tok = tok0 + wn * 32 + ni * 8 + 2 * tig + e;
 			if (tok >= n)
 				continue;
-			const float iv = __ldg(INV + tok);
+			const float iv = __ldg(INV + tok) * (1.0f / SC);
 			float *yr = Y + (size_t)tok * rows;
 #pragma unroll
-			for (int mi = 0; mi < 4; mi++)
+			for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
-					const int row = row0 + wm * 64 + mi * 16 + g + 8 * h;
+					const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
 					if (row < rows)
 						yr[row] = fmaf(acc[mi][ni][2 * h + e], iv, bias ? __ldg(bias + row) : 0.0f);
 				}
@@ -2144,64 +2276,108 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *
 	return 0;
 }
 
-template <int BITS, class S, int BK>
-static int tg_launch_bk(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+template <int BITS, class S, int BK, int NT, int BT = 0>
+static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
 {
-	dim3 grid((x.n + TG_BN - 1) / TG_BN, (m->rows + TG_BM - 1) / TG_BM);
-	k_gemm_tc<BITS, S, BK><<<grid, TG_THREADS, tg_smem(BITS, BK), g_stream>>>(
-		(const uint8_t *)m->w, m->scales, m->rows, m->cols, m->group_size, x.xh, x.xl, x.xs, x.inv,
-		x.n, bias, y);
+	dim3 grid((x.n + NT / 2 - 1) / (NT / 2), tiles);
+	k_gemm_tc<BITS, S, BK, NT, BT><<<grid, NT, tg_smem(BITS, BK, NT), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
+										    x.xs, x.inv, x.n);
 	LAUNCHED("k_gemm_tc");
 	return 0;
 }
 
-/* k steps of 32 columns; kc_gemm_impl(2): 64 for bits <= 6 (8 bits would
- * leave 1 block per SM). 64 measured slower in run 11 (3123 vs 2778 us per
- * 8B layer at n = 512; 88 bytes of spills), 1-4% faster after the loop
- * trim of run 13 (2694 vs 2724 us; 17.9 vs 18.7 ms at n = 4096), not yet
- * made the default: the forward tests ran on 32 (kernels/cuda/NOTES.md). */
+/* Which kernel (kc_gemm_impl; 0 takes TG_DEFAULT_IMPL). Per 8B layer at
+ * n = 512 / 4096 (q4 g64 f16, us, run 28 call 3; kernels/cuda/NOTES.md):
+ * 3: run 13's kernel: 128 threads, 64 tokens, k steps of 32, one launch
+ *    per matrix (2580 / 17668);
+ * 4: the same kernel, one launch for all matrices (2382 / 17477);
+ * 2: 4 with k steps of 64 for bits <= 6 (8 bits would leave 1 block per
+ *    SM): 2415 / 17699 (call 1: 2226 / 16582: within the calls' spread);
+ * 5: 256 threads, 128 tokens per block, k steps of 64 (cols % 64 == 0),
+ *    1 block per SM (2333 / 17364);
+ * 6: 5 with the bias term on the tensor cores (f16 and bf16 scales; f32
+ *    scales keep the FFMA fold): 2287 / 16669, the default.
+ * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
+ * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
+ * more instructions per mma. */
+#define TG_DEFAULT_IMPL 6
 template <int BITS, class S>
-static int tg_launch(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+static int tg_launch(const tg_mats &M, int tiles, const tg_x &x)
 {
-	if (BITS < 8 && g_gemm_impl == 2 && m->cols % 64 == 0)
-		return tg_launch_bk<BITS, S, (BITS < 8 ? 64 : 32)>(m, x, bias, y);
-	return tg_launch_bk<BITS, S, 32>(m, x, bias, y);
+	const int impl = g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
+	if (impl == 6 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256, 1>(M, tiles, x);
+	if (impl == 5 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256>(M, tiles, x);
+	if (BITS < 8 && impl == 2 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, (BITS < 8 ? 64 : 32), 128>(M, tiles, x);
+	return tg_launch_bk<BITS, S, 32, 128>(M, tiles, x);
 }
 
 template <class S>
-static int tg_dispatch(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+static int tg_dispatch(int bits, const tg_mats &M, int tiles, const tg_x &x)
 {
-	switch (m->bits) {
-	case 2: return tg_launch<2, S>(m, x, bias, y);
-	case 3: return tg_launch<3, S>(m, x, bias, y);
-	case 4: return tg_launch<4, S>(m, x, bias, y);
-	case 5: return tg_launch<5, S>(m, x, bias, y);
-	case 6: return tg_launch<6, S>(m, x, bias, y);
-	case 8: return tg_launch<8, S>(m, x, bias, y);
-	default: snprintf(g_err, sizeof(g_err), "gemm: bits %d unsupported", m->bits); return -1;
+	switch (bits) {
+	case 2: return tg_launch<2, S>(M, tiles, x);
+	case 3: return tg_launch<3, S>(M, tiles, x);
+	case 4: return tg_launch<4, S>(M, tiles, x);
+	case 5: return tg_launch<5, S>(M, tiles, x);
+	case 6: return tg_launch<6, S>(M, tiles, x);
+	case 8: return tg_launch<8, S>(M, tiles, x);
+	default: snprintf(g_err, sizeof(g_err), "gemm: bits %d unsupported", bits); return -1;
 	}
 }
 
-/* m on the split x (same cols, group and bits as the split). */
-static int tg_run(const kq_matrix *m, const tg_x &x, const float *bias, float *y)
+/* count matrices on the split x (same cols, group and bits as the split,
+ * one scale dtype) in one launch; kc_gemm_impl(3): one launch each (run
+ * 13's way, for A/B). */
+static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const float *const *bias, float *const *y)
 {
-	switch (m->sdt) {
-	case KDT_F32: return tg_dispatch<F32>(m, x, bias, y);
-	case KDT_F16: return tg_dispatch<F16>(m, x, bias, y);
-	default: return tg_dispatch<BF16>(m, x, bias, y);
+	if ((g_gemm_impl == 3 || (!g_gemm_impl && TG_DEFAULT_IMPL == 3)) && count > 1) {
+		for (int i = 0; i < count; i++)
+			if (tg_run(1, ms + i, x, bias ? bias + i : NULL, y + i))
+				return -1;
+		return 0;
+	}
+	tg_mats M;
+	memset(&M, 0, sizeof(M));
+	int tiles = 0;
+	for (int i = 0; i < KC_MAX_FUSE; i++) {
+		M.tile0[i] = i < count ? tiles : INT_MAX;
+		if (i >= count)
+			continue;
+		M.w[i] = (const uint8_t *)ms[i]->w;
+		M.sb[i] = ms[i]->scales;
+		M.bias[i] = bias ? bias[i] : NULL;
+		M.y[i] = y[i];
+		M.rows[i] = ms[i]->rows;
+		tiles += (ms[i]->rows + TG_BM - 1) / TG_BM;
+	}
+	switch (ms[0]->sdt) {
+	case KDT_F32: return tg_dispatch<F32>(ms[0]->bits, M, tiles, x);
+	case KDT_F16: return tg_dispatch<F16>(ms[0]->bits, M, tiles, x);
+	default: return tg_dispatch<BF16>(ms[0]->bits, M, tiles, x);
 	}
 }
 
 /* More than the default 48 KB of shared memory. */
-#define TG_ATTR(B, K) CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K)))
+#define TG_ATTR(B, K, T) \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K, T, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K, T)))
+#define TG_ATTRB(B) \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
 template <class S>
 static int tg_attr(void)
 {
-	TG_ATTR(2, 32); TG_ATTR(3, 32); TG_ATTR(4, 32); TG_ATTR(5, 32); TG_ATTR(6, 32); TG_ATTR(8, 32);
-	TG_ATTR(2, 64); TG_ATTR(3, 64); TG_ATTR(4, 64); TG_ATTR(5, 64); TG_ATTR(6, 64);
+	TG_ATTR(2, 32, 128); TG_ATTR(3, 32, 128); TG_ATTR(4, 32, 128); TG_ATTR(5, 32, 128); TG_ATTR(6, 32, 128);
+	TG_ATTR(8, 32, 128);
+	TG_ATTR(2, 64, 128); TG_ATTR(3, 64, 128); TG_ATTR(4, 64, 128); TG_ATTR(5, 64, 128); TG_ATTR(6, 64, 128);
+	TG_ATTR(2, 64, 256); TG_ATTR(3, 64, 256); TG_ATTR(4, 64, 256); TG_ATTR(5, 64, 256); TG_ATTR(6, 64, 256);
+	TG_ATTR(8, 64, 256);
+	TG_ATTRB(2); TG_ATTRB(3); TG_ATTRB(4); TG_ATTRB(5); TG_ATTRB(6); TG_ATTRB(8);
 	return 0;
 }
 #undef TG_ATTR
+#undef TG_ATTRB
 
 static int mq_init(void)
 {
@@ -2357,7 +2533,10 @@ extern "C" int kc_linear(const kq_matrix *m, const float *x, int n, const float 
 	}
 	if (tg_ok(m)) {
 		tg_x sx;
-		return tg_split(x, n, m->cols, m->group_size, m->bits, &sx) || tg_run(m, sx, bias, y) ? -1 : 0;
+		const kq_matrix *ms[1] = {m};
+		const float *bs[1] = {bias};
+		float *ys[1] = {y};
+		return tg_split(x, n, m->cols, m->group_size, m->bits, &sx) || tg_run(1, ms, sx, bs, ys) ? -1 : 0;
 	}
 	kdtype dt = m->bits ? m->sdt : m->wdt;
 	switch (dt) {
@@ -2382,17 +2561,22 @@ extern "C" int kc_linear_multi(int count, const kq_matrix *const *ms, const floa
 	}
 	if (same)
 		return matvec_fused(count, ms, x, bias, y, NULL, 0);
-	int split = n > 1;
-	for (int i = 0; i < count; i++)
+	int split = n > 1, one = 1;
+	for (int i = 0; i < count; i++) {
 		if (!tg_ok(ms[i]) || ms[i]->bits != ms[0]->bits || ms[i]->cols != ms[0]->cols ||
 		    ms[i]->group_size != ms[0]->group_size)
 			split = 0;
-	if (split) { /* one split of x for all of them */
+		if (ms[i]->sdt != ms[0]->sdt)
+			one = 0;
+	}
+	if (split) { /* one split of x for all of them; one launch where the scale dtypes agree */
 		tg_x sx;
 		if (tg_split(x, n, ms[0]->cols, ms[0]->group_size, ms[0]->bits, &sx))
 			return -1;
+		if (one)
+			return tg_run(count, ms, sx, bias, y);
 		for (int i = 0; i < count; i++)
-			if (tg_run(ms[i], sx, bias ? bias[i] : NULL, y[i]))
+			if (tg_run(1, ms + i, sx, bias ? bias + i : NULL, y + i))
 				return -1;
 		return 0;
 	}

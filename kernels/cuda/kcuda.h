@@ -89,8 +89,12 @@ int kc_fill_uniform(float *dst, size_t n, float lo, float hi, uint64_t seed);
 int kc_linear(const kq_matrix *m, const float *x, int n, const float *bias, float *y);
 int kc_linear_reserve(int n, int cols);
 /* Which GEMM n > 1 takes: 0 (default) the tensor-core kernel where it
- * applies, 1 the SIMT kernel always, 2 the tensor-core kernel with k steps
- * of 64 columns where it can (tests and benchmarks compare them).
+ * applies, in its default variant; 1 the SIMT kernel always; tensor-core
+ * variants: 2 k steps of 64 columns where it can, 3 run 13's kernel (64
+ * tokens, k steps of 32) with one launch per matrix, 4 the same kernel
+ * with one launch for all matrices of a kc_linear_multi, 5 128 tokens per
+ * block where cols % 64 == 0, 6 the same with the bias term on the tensor
+ * cores (tests and benchmarks compare them).
  * impl < 0 only reads; returns the previous setting; not thread-safe. */
 int kc_gemm_impl(int impl);
 /* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one

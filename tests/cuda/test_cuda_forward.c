@@ -410,6 +410,10 @@ int main(int argc, char **argv)
 	}
 	if (kc_init(0))
 		die("kc_init");
+	if (getenv("GEMM_IMPL")) { /* the prefill GEMM variant under test (kc_gemm_impl) */
+		kc_gemm_impl(atoi(getenv("GEMM_IMPL")));
+		printf("gemm impl %d\n", kc_gemm_impl(-1));
+	}
 	if (getenv("RESID_IMPL")) {
 		kc_residual_impl(atoi(getenv("RESID_IMPL")));
 		printf("residual impl %d\n", kc_residual_impl(-1));

@@ -225,7 +225,25 @@ static void test_linear(const kernel_table *R, int rows, int cols, int bits, int
 static const char *gemm_impl_name(void)
 {
 	int i = kc_gemm_impl(-1);
-	return i == 1 ? "simt" : i == 2 ? "tc64" : "tc";
+	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : "tc";
+}
+
+/* Under kc_gemm_impl(0) a GEMM test runs every tensor-core variant on the
+ * same inputs and reference (0: the default, 5: 128 tokens per block, 6:
+ * the same with the bias term on the tensor cores, 2: k steps of 64, 4: of
+ * 32; with multi, 3: one launch per matrix); under any
+ * other impl just that one. Returns how many; gemm_impl_at(i) sets the
+ * i-th. */
+static int g_impl_base;
+static int gemm_impls(int multi)
+{
+	g_impl_base = kc_gemm_impl(-1);
+	return g_impl_base ? 1 : multi ? 6 : 5;
+}
+static void gemm_impl_at(int i)
+{
+	static const int tc[6] = {0, 5, 6, 2, 4, 3};
+	kc_gemm_impl(g_impl_base ? g_impl_base : tc[i]);
 }
 
 /* The prefill GEMM alone: n tokens (n > 1), poisoned output, bias on odd
@@ -249,18 +267,22 @@ static void test_gemm(const kernel_table *R, int rows, int cols, int bits, int g
 	int use_bias = n & 1;
 	R->matmul(&h, x, n, use_bias ? bias : NULL, ref);
 	float *dx = dup_dev(x, (size_t)n * cols), *db = dup_dev(bias, (size_t)rows), *dy = dalloc((size_t)n * rows * 4);
-	poison(dy, (size_t)n * rows * 4);
-	if (kc_linear(&d, dx, n, use_bias ? db : NULL, dy))
-		die("kc_linear");
-	/* tokens 0-1 apart: the outlier's outputs would hide the others' errors */
-	snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s t0-1", gemm_impl_name(), bits, gs, dtn(sdt), rows,
-		 cols, n, use_bias ? " +bias" : "");
-	compare(name, dy, ref, (size_t)2 * rows, TOL_LINEAR);
-	if (n > 2) {
-		snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s", gemm_impl_name(), bits, gs, dtn(sdt),
+	for (int ii = 0, ni = gemm_impls(0); ii < ni; ii++) {
+		gemm_impl_at(ii);
+		poison(dy, (size_t)n * rows * 4);
+		if (kc_linear(&d, dx, n, use_bias ? db : NULL, dy))
+			die("kc_linear");
+		/* tokens 0-1 apart: the outlier's outputs would hide the others' errors */
+		snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s t0-1", gemm_impl_name(), bits, gs, dtn(sdt),
 			 rows, cols, n, use_bias ? " +bias" : "");
-		compare(name, dy + (size_t)2 * rows, ref + (size_t)2 * rows, (size_t)(n - 2) * rows, TOL_LINEAR);
+		compare(name, dy, ref, (size_t)2 * rows, TOL_LINEAR);
+		if (n > 2) {
+			snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s", gemm_impl_name(), bits, gs,
+				 dtn(sdt), rows, cols, n, use_bias ? " +bias" : "");
+			compare(name, dy + (size_t)2 * rows, ref + (size_t)2 * rows, (size_t)(n - 2) * rows, TOL_LINEAR);
+		}
 	}
+	kc_gemm_impl(g_impl_base);
 	kc_free(dx);
 	kc_free(db);
 	kc_free(dy);
@@ -300,18 +322,19 @@ static void test_matvec(const kernel_table *R, int rows, int cols, int bits, int
 	host_free(&h);
 }
 
-/* q/k/v-style fusion: three matrices sharing x in one launch (n == 1), or
- * sharing one split of x (n > 1, the tensor-core GEMM). */
-static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt, int n)
+/* q/k/v-style fusion: count matrices (rows r[i]) sharing x in one launch
+ * (n == 1), or sharing one split of x and one launch over all their row
+ * tiles (n > 1, the tensor-core GEMM; every variant, gemm_impls). */
+static void test_fused_rows(const kernel_table *R, int bits, int gs, kdtype sdt, int n, int cols, int count,
+			    const int *rows)
 {
-	int cols = gs * 4, rows[3] = {96, 33, 33};
 	kq_matrix h[3], d[3];
 	const kq_matrix *dp[3];
 	float *x = malloc((size_t)n * cols * 4), *ref[3], *bias[3], *dy[3];
 	const float *db[3];
 	fill(x, (size_t)n * cols, -1, 1);
 	float *dx = dup_dev(x, (size_t)n * cols);
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < count; i++) {
 		h[i] = host_matrix(rows[i], cols, bits, gs, sdt);
 		if (kc_matrix_upload(&h[i], &d[i]))
 			die("upload");
@@ -324,13 +347,24 @@ static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt, int 
 		dy[i] = dalloc((size_t)n * rows[i] * 4);
 		poison(dy[i], (size_t)n * rows[i] * 4);
 	}
-	if (kc_linear_multi(3, dp, dx, n, db, dy))
-		die("kc_linear_multi");
-	for (int i = 0; i < 3; i++) {
-		char name[96];
-		snprintf(name, sizeof(name), "fused %s mv%d b%d g%d %s n%d part %d", n == 1 ? "matvec" : "gemm",
-			 kc_matvec_impl(-1), bits, gs, dtn(sdt), n, i);
-		compare(name, dy[i], ref[i], (size_t)n * rows[i], TOL_LINEAR);
+	for (int ii = 0, ni = n > 1 ? gemm_impls(1) : 1; ii < ni; ii++) {
+		if (n > 1)
+			gemm_impl_at(ii);
+		for (int i = 0; i < count; i++)
+			poison(dy[i], (size_t)n * rows[i] * 4);
+		if (kc_linear_multi(count, dp, dx, n, db, dy))
+			die("kc_linear_multi");
+		for (int i = 0; i < count; i++) {
+			char name[112];
+			snprintf(name, sizeof(name), "fused %s%s mv%d b%d g%d %s %dx%d n%d part %d of %d",
+				 n == 1 ? "matvec" : "gemm ", n == 1 ? "" : gemm_impl_name(), kc_matvec_impl(-1), bits, gs, dtn(sdt), rows[i],
+				 cols, n, i, count);
+			compare(name, dy[i], ref[i], (size_t)n * rows[i], TOL_LINEAR);
+		}
+	}
+	if (n > 1)
+		kc_gemm_impl(g_impl_base);
+	for (int i = 0; i < count; i++) {
 		kc_free(dy[i]);
 		kc_free((void *)db[i]);
 		kc_matrix_free(&d[i]);
@@ -340,6 +374,12 @@ static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt, int 
 	}
 	kc_free(dx);
 	free(x);
+}
+
+static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt, int n)
+{
+	static const int rows[3] = {96, 33, 33};
+	test_fused_rows(R, bits, gs, sdt, n, gs * 4, 3, rows);
 }
 
 /* gate/up + GLU in one launch (kc_linear_glu) against two reference
@@ -815,8 +855,9 @@ static void test_matvec_impl(const kernel_table *R, int impl)
 
 int main(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
+	/* "gemm": only the linear-layer tests (n = 1 fused, the GEMMs), for a
+	 * short device call on GEMM work; the full suite otherwise */
+	const int only_gemm = argc > 1 && !strcmp(argv[1], "gemm");
 	if (kc_device_count() < 1) {
 		printf("UNAVAILABLE: no CUDA device — nothing was tested\n");
 		return 2;
@@ -836,6 +877,8 @@ int main(int argc, char **argv)
 				test_fused(R, bits[bi], groups[gi], (kdtype)dt, 1);
 				test_fused(R, bits[bi], groups[gi], (kdtype)dt, 9);
 			}
+	if (only_gemm)
+		goto gemm;
 	/* real-size rows: many packs per lane, vector loads; 14336 columns
 	 * take two passes of the tensor-core kernel's staged x */
 	test_linear(R, 300, 4096, 4, 64, KDT_F16);
@@ -900,12 +943,12 @@ int main(int argc, char **argv)
 		}
 	test_linear(R, 130, 14336, 4, 64, KDT_BF16);
 	kc_matvec_impl(0);
+gemm:;
 	/* the tensor-core GEMM: every bits x group x scale dtype, n from 2 to
 	 * 600 (partial token tiles of 64), 160 rows (a partial row tile of
 	 * 128), one to four groups per row (k steps 1 to 16) */
 	static const int gemm_n[] = {2, 63, 129, 600};
-	for (int impl = 0; impl <= 2; impl += 2) { /* k steps of 32 columns, then of 64 where they apply */
-		kc_gemm_impl(impl);
+	for (int impl = 0; impl <= 2; impl += 2) { /* two sets of shapes, each under every variant (gemm_impls) */
 		for (int bi = 0; bi < 6; bi++)
 			for (int gi = 0; gi < 3; gi++)
 				for (int dt = 0; dt < KDT_COUNT; dt++)
@@ -919,13 +962,22 @@ int main(int argc, char **argv)
 		test_gemm(R, 129, 2048, 8, 128, KDT_F16, 77);
 		test_gemm(R, 140, 1056, 4, 32, KDT_F32, 90); /* 33 groups of 32: the last k step of 32 columns */
 	}
-	kc_gemm_impl(0);
+	{ /* one launch over several matrices' row tiles: unequal row counts,
+	   * a one-row matrix, partial row and token tiles, real widths */
+		static const int r3[3] = {300, 1, 129}, r2[2] = {257, 257}, q3[3] = {512, 128, 128};
+		test_fused_rows(R, 4, 64, KDT_F16, 200, 4096, 3, r3);
+		test_fused_rows(R, 8, 32, KDT_BF16, 65, 1024, 2, r2);
+		test_fused_rows(R, 3, 128, KDT_F32, 130, 768, 3, q3);
+		test_fused_rows(R, 6, 64, KDT_BF16, 600, 256, 1, r3);
+	}
 	/* the SIMT GEMM (dense weights take it always; every matrix under kc_gemm_impl(1)) */
 	kc_gemm_impl(1);
 	for (int bi = 0; bi < 6; bi += 2)
 		test_gemm(R, 67, 320, bits[bi], 64, (kdtype)(bi / 2), 70);
 	test_fused(R, 4, 64, KDT_F16, 9);
 	kc_gemm_impl(0);
+	if (only_gemm)
+		goto done;
 	for (int dt = 0; dt < KDT_COUNT; dt++) /* dense weights, cols not a multiple of anything */
 		test_linear(R, 37, 101, 0, 0, (kdtype)dt);
 	test_norms(R);
@@ -1003,6 +1055,7 @@ int main(int argc, char **argv)
 	test_attention(R, 9, 200, 6, 2, 96, 0, 0);        /* decode kernel, 9 queries, head_dim 96 */
 	test_attention(R, 3, 64, 16, 2, 256, 0, 0);       /* decode kernel, rep 8, head_dim 256, chunk edge */
 	test_argmax();
-	printf("%d checks, %d failed\n", checks, failures);
+done:
+	printf("%d checks, %d failed%s\n", checks, failures, only_gemm ? " (gemm only)" : "");
 	return failures ? 1 : 0;
 }
