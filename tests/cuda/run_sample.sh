@@ -29,7 +29,7 @@ unset MLXR_GPU_SAMPLE
 timeout 40 "$B/mlxr" run "$FX" --device cuda --temp 0 --max 1500 --verbose --raw "$P" > /dev/null 2> "$O/t_greedy.err"
 echo "greedy (kc_argmax step): $(tps "$O/t_greedy.err")"
 echo "== checks (parallel)"
-timeout 240 "$B/test_cuda_kernels" > "$O/kernels.log" 2>&1 &
+timeout 420 "$B/test_cuda_kernels" > "$O/kernels.log" 2>&1 &
 pk=$!
 timeout 100 "$B/test_cuda_forward" "$FX" > "$O/forward.log" 2>&1 &
 pf=$!

@@ -25,6 +25,7 @@
 
 #include "kernels/cuda/kcuda.h"
 #include "kernels/kernels.h"
+#include "tests/test_rng.h"
 
 #define TOL_LINEAR 1e-5
 #define TOL_ELEM 2e-6
@@ -35,10 +36,7 @@ static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 11);
+	return (uint32_t)(test_xorshift(&rng) >> 11);
 }
 
 static float frand(float lo, float hi)
