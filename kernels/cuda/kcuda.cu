@@ -1200,10 +1200,10 @@ static __device__ __forceinline__ void mma_i8(int (&d)[4], uint32_t a0, uint32_t
 		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* The int8 terms of q (rounded, in [-127, 127]) as a byte. */
-static __device__ __forceinline__ uint32_t mi_byte(float q)
+/* Bytes 0 of a, b, c, d (in that order) in one word. */
+static __device__ __forceinline__ uint32_t mi_pack(uint32_t a, uint32_t b, uint32_t c, uint32_t d)
 {
-	return (uint32_t)__float2int_rn(fminf(fmaxf(q, -127.0f), 127.0f)) & 0xffu;
+	return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
 }
 
 /* Stages x for k_matvec_i8: items of 8 consecutive values (one code word's
@@ -1259,18 +1259,27 @@ static __device__ __forceinline__ void mi_stage(const float *__restrict__ x, con
 			/* a zero group (or one of NaNs, which fmaxf drops): all terms 0 */
 			const float d = mx / 127.0f, inv = mx > 0.0f ? 127.0f / mx : 0.0f;
 			const float d2 = d / 254.0f, inv2 = inv * 254.0f, inv3 = inv * 64516.0f;
-			uint32_t t[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+			/* y + 1.5 * 2^23 (|y| < 2^22) rounds y to an integer in one
+			 * FFMA and holds it in the low mantissa bits, so byte 0 of
+			 * its bits is the int8 term (|term| <= 127: each residual is
+			 * at most half a step, so |y| <= 127 + a rounding) */
+			const float M = 12582912.0f;
+			uint32_t b[3][8];
 #pragma unroll
 			for (int e = 0; e < 8; e++) {
-				const float q1 = rintf(v[u][e] * inv);
-				float r = fmaf(-q1, d, v[u][e]); /* |r| <= d/2 */
-				const float q2 = rintf(r * inv2);
-				r = fmaf(-q2, d2, r); /* |r| <= d/508 */
-				const float q3 = rintf(r * inv3);
-				const int sh = 8 * (e >> 1);
-				t[0][e & 1] |= mi_byte(q1) << sh;
-				t[1][e & 1] |= mi_byte(q2) << sh;
-				t[2][e & 1] |= mi_byte(q3) << sh;
+				const float t1 = fmaf(v[u][e], inv, M);
+				float r = fmaf(-(t1 - M), d, v[u][e]); /* |r| <= d/2 */
+				const float t2 = fmaf(r, inv2, M);
+				r = fmaf(-(t2 - M), d2, r); /* |r| <= d/508 */
+				b[0][e] = __float_as_uint(t1);
+				b[1][e] = __float_as_uint(t2);
+				b[2][e] = __float_as_uint(fmaf(r, inv3, M));
+			}
+			uint32_t t[3][2];
+#pragma unroll
+			for (int k = 0; k < 3; k++) {
+				t[k][0] = mi_pack(b[k][0], b[k][2], b[k][4], b[k][6]);
+				t[k][1] = mi_pack(b[k][1], b[k][3], b[k][5], b[k][7]);
 			}
 			if (i < nit) {
 				const int c = i >> 2, j = i & 3, cq = c & 3;
