@@ -15,7 +15,8 @@
  *   k_matvec_cp      the same arithmetic, streaming: a resident grid, x staged
  *                    once per block, weights through a cp.async ring
  *   k_matvec_i8      decode, 4 bits: the codes as u8 into mma.m16n8k32, x as
- *                    three int8 terms per group (kc_matvec_impl 6, 7)
+ *                    three int8 terms per group (launches of many tiles:
+ *                    lm_head; every 4-bit launch under kc_matvec_impl 6, 7)
  *   k_matvec_q       decode, other bits (and kc_matvec_impl(1)): SIMT, a
  *                    warp per KC_MV_ROWS rows, straight from the packed codes
  *   k_xsplit         prefill: x to per-token scaled f16 hi + lo, group sums
@@ -2433,6 +2434,17 @@ static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
 	return 0;
 }
 
+/* tiles x matrices from which the default (kc_matvec_impl(0)) takes
+ * k_matvec_i8 for 4 bits: launches of many tiles per block (the grid is
+ * resident, so each block stages x once for many tiles). Run 29 (same
+ * call, us): lm_head 128256 x 4096 90.9 -> 75.8 (fused norm 93.3 ->
+ * 77.4), but one tile per block it loses: down 4096 x 14336 18.7 -> 25.4,
+ * qkv 7.0 -> 7.2 (its staging of x, about 3x k_matvec_mma's instructions
+ * per value, is paid per tile there); the models under impl 6 / 7 (every
+ * 4-bit launch / all but gate/up+GLU on k_matvec_i8): 8B @16 398 / 393
+ * tok/s against the default's 427. */
+#define MI_MIN 4096
+
 /* k_matvec_i8 (4 bits) for this launch: 1 when its staged x does not fit
  * (then k_matvec_mma takes it: it takes every launch mq_ok allows), else 0
  * (launched) or -1. One block per row tile, as k_matvec_mma. */
@@ -2472,7 +2484,7 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 			return rc;
 	}
 	if constexpr (BITS == 4) {
-		if (g_mv_impl == 6 || g_mv_impl == 7) {
+		if (g_mv_impl == 6 || g_mv_impl == 7 || (g_mv_impl == 0 && a.tiles * NM >= MI_MIN)) {
 			const int rc = mi_launch<S, NM, NORM>(a, x);
 			if (rc <= 0)
 				return rc;
