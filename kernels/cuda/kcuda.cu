@@ -14,6 +14,9 @@
  *                    matrices sharing x, or gate/up + GLU, in one launch
  *   k_matvec_cp      the same arithmetic, streaming: a resident grid, x staged
  *                    once per block, weights through a cp.async ring
+ *   k_matvec_i8      decode, 4 bits: the codes as u8 into mma.m16n8k32, x as
+ *                    three int8 terms per group (launches of many tiles:
+ *                    lm_head; every 4-bit launch under kc_matvec_impl 6, 7)
  *   k_matvec_q       decode, other bits (and kc_matvec_impl(1)): SIMT, a
  *                    warp per KC_MV_ROWS rows, straight from the packed codes
  *   k_xsplit         prefill: x to per-token scaled f16 hi + lo, group sums
@@ -1142,6 +1145,321 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_wt(mv_args a,
 	}
 }
 
+/* ---- decode, 4 bits: the matvec on the int8 tensor cores (k_matvec_i8, run 29) ----
+ * Why: k_matvec_mma and k_matvec_cp are issue-bound, not memory-bound
+ * (ncu, run 29: gate/up+GLU 3.7 lane-instructions per weight, the SM's
+ * whole issue budget at the bandwidth bound; DRAM 39-46%). Per 256
+ * weights they spend 8 ALU ops building f16 A registers from the codes
+ * and one m16n8k16. Here the codes go into mma.m16n8k32 as unsigned bytes
+ * (0..15, exact): per 512 weights 6 ALU ops (a code word w of 8 columns is
+ * w & 0x0f0f0f0f, columns 0,2,4,6, and (w >> 4) & 0x0f0f0f0f, columns
+ * 1,3,5,7) and one mma.
+ * Exactness: x is not rounded to 8 bits. As the CPU's VNNI matvec
+ * (kernels/cpu/matvec_vnni.c), each quantization group of x is three int8
+ * terms, x ~= D (q1 + q2/254 + q3/254^2), D = max|x_group| / 127, q1 =
+ * round(x/D), q2, q3 the rounded residuals (each in [-127, 127]):
+ * representation error <= max|x_group| * 6.1e-8, about an f32 rounding of
+ * the group's largest value; the integer dot products are exact (a group
+ * of 128: |sum| <= 15 * 127 * 128 < 2^18). The epilogue, once per group
+ * and row: s D (c1 + c2/254 + c3/254^2) + b sum(x_group) (sum exact f32).
+ * Layout: the same loads as k_matvec_mma (mq_load: lane tig holds chunk
+ * 4h + tig of each unit h of 128 columns, rows g and g + 8, and that
+ * chunk's (scale, bias) pair). mma j (j = 0..3) of a unit takes word j of
+ * every lane's chunk: A = (lo, hi) of rows g, g + 8. B's 8 columns: half
+ * gi (columns 4gi..4gi+3) holds terms 0..2 of one group of the unit (and
+ * a zero column), zero at the k of lanes outside that group:
+ *   group 128: half 0 = the unit's group, half 1 zero;
+ *   group 64:  half gi = the group of lanes 2gi, 2gi+1;
+ *   group 32:  two mmas per j (p = 0, 1), half gi = the chunk of lane
+ *              2p + gi (12 columns would not fit in one).
+ * C lane tig then holds columns 2tig, 2tig+1: terms (0, 1) (tig even) or
+ * (2, zero) (tig odd) of half tig >> 1; its epilogue factor is D/254
+ * (c = 254 c1 + c2) or D/254^3 (c = 254 c3), one IMAD + one I2F each, and
+ * the lanes' sums add up in the shuffle over tig as before.
+ * x is staged once per block (mi_stage) as records of 128 bytes, one per
+ * (unit, word j): 8 bytes (the term at the 4 "lo" columns then the 4 "hi"
+ * columns) per (chunk, term), 12 used, then zeros (the lanes of zero B
+ * columns read those): each B lane reads b0, b1 with one LDS.64, the 12
+ * addresses of a warp distinct and in one 128-byte line. After the
+ * records, each chunk's epilogue factors: per C lane (slot tig) {F,
+ * sum(x_group) or 0} for the chunk's group. */
+#define MI_REC 128 /* bytes of one (unit, word) record of staged x */
+#define MI_META 32 /* bytes of one chunk's epilogue factors: 4 lanes x {F, sum} */
+#define MI_STEP (16 * MI_REC + 16 * MI_META) /* staged bytes per 512 columns */
+
+static __host__ __device__ __forceinline__ size_t mi_smem_bytes(int cols)
+{
+	return (size_t)((cols / 32 + 15) / 16) * MI_STEP;
+}
+
+static __device__ __forceinline__ void mma_i8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+					      uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Bytes 0 of a, b, c, d (in that order) in one word. */
+static __device__ __forceinline__ uint32_t mi_pack(uint32_t a, uint32_t b, uint32_t c, uint32_t d)
+{
+	return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
+/* Stages x for k_matvec_i8: items of 8 consecutive values (one code word's
+ * columns), all nsteps * 64 of them (those past the row are zero, so the
+ * last step reads zeros: no bounds checks in the loop). D and sum(x) per
+ * group by a shuffle over the group's 1 << (CPG + 2) items (consecutive
+ * lanes: nt is a multiple of 32). NORM: as mq_stage (x (nw + one) staged,
+ * the sum of x^2 per thread in item order, then per warp into nss: the
+ * same bits on every run). */
+template <int CPG, int NORM>
+static __device__ __forceinline__ void mi_stage(const float *__restrict__ x, const float *__restrict__ nw, float one,
+						bool xvec, int nch, int nsteps, uint8_t *xs, float *nss, int nt)
+{
+	const int tid = threadIdx.x, nit = nsteps * 64, nreal = nch * 4;
+	uint8_t *meta = xs + (size_t)nsteps * 16 * MI_REC;
+	float ss = 0.0f;
+	for (int i0 = 0; i0 < nit; i0 += nt * MQ_XU) {
+		float v[MQ_XU][8];
+#pragma unroll
+		for (int u = 0; u < MQ_XU; u++) {
+			const int i = i0 + u * nt + tid;
+			ld8(x + (size_t)i * 8, i < nreal, xvec, v[u]);
+		}
+		if (NORM) {
+			float w[MQ_XU][8];
+#pragma unroll
+			for (int u = 0; u < MQ_XU; u++) {
+				const int i = i0 + u * nt + tid;
+				ld8(nw + (size_t)i * 8, i < nreal, xvec, w[u]);
+			}
+#pragma unroll
+			for (int u = 0; u < MQ_XU; u++)
+#pragma unroll
+				for (int j = 0; j < 8; j++) {
+					ss = fmaf(v[u][j], v[u][j], ss);
+					v[u][j] *= w[u][j] + one;
+				}
+		}
+#pragma unroll
+		for (int u = 0; u < MQ_XU; u++) {
+			const int i = i0 + u * nt + tid;
+			float mx = 0.0f, sum = 0.0f;
+#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				mx = fmaxf(mx, fabsf(v[u][j]));
+				sum += v[u][j];
+			}
+#pragma unroll
+			for (int o = 1; o < (4 << CPG); o <<= 1) {
+				mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+				sum += __shfl_xor_sync(0xffffffffu, sum, o);
+			}
+			/* a zero group (or one of NaNs, which fmaxf drops): all terms 0 */
+			const float d = mx / 127.0f, inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+			const float d2 = d / 254.0f, inv2 = inv * 254.0f, inv3 = inv * 64516.0f;
+			/* y + 1.5 * 2^23 (|y| < 2^22) rounds y to an integer in one
+			 * FFMA and holds it in the low mantissa bits, so byte 0 of
+			 * its bits is the int8 term (|term| <= 127: each residual is
+			 * at most half a step, so |y| <= 127 + a rounding) */
+			const float M = 12582912.0f;
+			uint32_t b[3][8];
+#pragma unroll
+			for (int e = 0; e < 8; e++) {
+				const float t1 = fmaf(v[u][e], inv, M);
+				float r = fmaf(-(t1 - M), d, v[u][e]); /* |r| <= d/2 */
+				const float t2 = fmaf(r, inv2, M);
+				r = fmaf(-(t2 - M), d2, r); /* |r| <= d/508 */
+				b[0][e] = __float_as_uint(t1);
+				b[1][e] = __float_as_uint(t2);
+				b[2][e] = __float_as_uint(fmaf(r, inv3, M));
+			}
+			uint32_t t[3][2];
+#pragma unroll
+			for (int k = 0; k < 3; k++) {
+				t[k][0] = mi_pack(b[k][0], b[k][2], b[k][4], b[k][6]);
+				t[k][1] = mi_pack(b[k][1], b[k][3], b[k][5], b[k][7]);
+			}
+			if (i < nit) {
+				const int c = i >> 2, j = i & 3, cq = c & 3;
+				uint8_t *rec = xs + ((size_t)(c >> 2) * 4 + j) * MI_REC;
+#pragma unroll
+				for (int k = 0; k < 3; k++)
+					*(uint2 *)(rec + (cq * 3 + k) * 8) = make_uint2(t[k][0], t[k][1]);
+				if (cq == 0) {
+					*(uint4 *)(rec + 96) = make_uint4(0, 0, 0, 0);
+					*(uint4 *)(rec + 112) = make_uint4(0, 0, 0, 0);
+				}
+				if (j == 0) { /* slots: lanes tig even {D/254, sum}, odd {D/254^3, 0} */
+					float4 *mp = (float4 *)(meta + (size_t)c * MI_META);
+					const float4 f = make_float4(d2, sum, d / 16387064.0f, 0.0f);
+					mp[0] = f;
+					mp[1] = CPG == 2 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : f; /* 128: lanes 2, 3 idle */
+				}
+			}
+		}
+	}
+	if (NORM) {
+		ss = warp_sum(ss);
+		if ((tid & 31) == 0)
+			nss[tid >> 5] = ss;
+	}
+}
+
+/* Per lane, fixed for the launch: where its B words sit in a record
+ * (boff), where its epilogue factors sit in a unit's meta (moff), and
+ * (group 32) which lane of its quad holds that chunk's (scale, bias). */
+template <int CPG>
+struct mi_lane {
+	static constexpr int NP = CPG == 0 ? 2 : 1;
+	int boff[NP], moff[NP], src[NP];
+	__device__ __forceinline__ mi_lane(int lane)
+	{
+		const int g = lane >> 2, tig = lane & 3, t = g & 3, gi = g >> 2;
+#pragma unroll
+		for (int p = 0; p < NP; p++) {
+			const bool act = t < 3 && (CPG == 2 ? gi == 0 : CPG == 1 ? (tig >> 1) == gi : tig == 2 * p + gi);
+			boff[p] = act ? (tig * 3 + t) * 8 : 96;
+			const int cq = CPG == 2 ? 0 : CPG == 1 ? 2 * (tig >> 1) : 2 * p + (tig >> 1);
+			moff[p] = cq * MI_META + tig * 8;
+			src[p] = (lane & ~3) | cq;
+		}
+	}
+};
+
+template <class S, int CPG>
+static __device__ __forceinline__ void mi_compute(const mq_regs<1, S::SW> &r, const uint8_t *xs, const uint8_t *meta,
+						  int st, const mi_lane<CPG> &L, float &acc_a, float &acc_b)
+{
+	constexpr int NP = mi_lane<CPG>::NP;
+	constexpr uint32_t M = 0x0f0f0f0fu;
+#pragma unroll
+	for (int h = 0; h < 4; h++) {
+		const uint8_t *rec = xs + (size_t)(st * 4 + h) * 4 * MI_REC;
+		const uint32_t *wa = (const uint32_t *)&r.wa[h][0], *wb = (const uint32_t *)&r.wb[h][0];
+		int c[NP][4];
+#pragma unroll
+		for (int p = 0; p < NP; p++)
+			c[p][0] = c[p][1] = c[p][2] = c[p][3] = 0;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			const uint32_t a0 = wa[j] & M, a2 = (wa[j] >> 4) & M, a1 = wb[j] & M, a3 = (wb[j] >> 4) & M;
+#pragma unroll
+			for (int p = 0; p < NP; p++) {
+				const uint2 b = *(const uint2 *)(rec + j * MI_REC + L.boff[p]);
+				mma_i8(c[p], a0, a1, a2, a3, b.x, b.y);
+			}
+		}
+		const uint8_t *mu = meta + (size_t)(st * 16 + 4 * h) * MI_META;
+#pragma unroll
+		for (int p = 0; p < NP; p++) {
+			const float2 f = *(const float2 *)(mu + L.moff[p]);
+			uint32_t ea[S::SW], eb[S::SW];
+#pragma unroll
+			for (int k = 0; k < S::SW; k++) {
+				ea[k] = ((const uint32_t *)r.pa)[h * S::SW + k];
+				eb[k] = ((const uint32_t *)r.pb)[h * S::SW + k];
+				if (CPG == 0) { /* the chunk of lane 2p + (tig >> 1) */
+					ea[k] = __shfl_sync(0xffffffffu, ea[k], L.src[p]);
+					eb[k] = __shfl_sync(0xffffffffu, eb[k], L.src[p]);
+				}
+			}
+			const int ta = c[p][0] * 254 + c[p][1], tb = c[p][2] * 254 + c[p][3];
+			acc_a = fmaf(S::ps(ea), (float)ta * f.x, fmaf(S::pb(ea), f.y, acc_a));
+			acc_b = fmaf(S::ps(eb), (float)tb * f.x, fmaf(S::pb(eb), f.y, acc_b));
+		}
+	}
+}
+
+/* k_matvec_mma with the int8 inner loop (4 bits; CPG = log2(group / 32)):
+ * the same tiles, loads, double buffering, epilogue and NORM handling. */
+template <class S, int CPG, int NM, int NORM>
+__global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_i8(mv_args a, const float *__restrict__ x)
+{
+	pdl_trigger();
+	extern __shared__ __align__(16) uint8_t mi_xs[]; /* mi_smem_bytes(cols) */
+	__shared__ float red[2][NM][MQ_WARPS][MQ_ROWS];
+	__shared__ float nss[MQ_WARPS];
+	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+	const int g = lane >> 2, tig = lane & 3;
+	const int cols = a.cols, nch = cols >> 5, ngp = sb_ngp(cols, a.group);
+	const int nsteps = (nch + 15) >> 4;
+	const size_t row_words = (size_t)cols / 8;
+	const uint8_t *meta = mi_xs + (size_t)nsteps * 16 * MI_REC;
+	const mi_lane<CPG> L(lane);
+	mq_regs<1, S::SW> cur, nxt;
+	int mi, r0, ra, rb;
+	mq_tile(a, NM, blockIdx.x, mi, r0);
+	ra = min(r0 + g, a.rows[mi] - 1);
+	rb = min(r0 + g + 8, a.rows[mi] - 1);
+	if (wid < nsteps)
+		mq_load<4, S>(cur, (const uint4 *)(a.w[mi] + (size_t)ra * row_words),
+			      (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
+			      (size_t)rb * ngp, CPG, wid, tig, nch);
+	pdl_wait(); /* x is the predecessor's output */
+	mi_stage<CPG, NORM>(x, a.nw, a.one, a.vec & 2, nch, nsteps, mi_xs, nss, 32 * MQ_WARPS);
+	__syncthreads();
+	const float inv = NORM ? mq_inv(nss, MQ_WARPS, cols, a.eps) : 1.0f;
+	int it = 0;
+	for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x, it ^= 1) {
+		if (tile != (int)blockIdx.x) {
+			mq_tile(a, NM, tile, mi, r0);
+			ra = min(r0 + g, a.rows[mi] - 1);
+			rb = min(r0 + g + 8, a.rows[mi] - 1);
+		}
+#pragma unroll
+		for (int m = 0; m < NM; m++) {
+			const int mm = mi + m;
+			const uint4 *Wa = (const uint4 *)(a.w[mm] + (size_t)ra * row_words);
+			const uint4 *Wb = (const uint4 *)(a.w[mm] + (size_t)rb * row_words);
+			const void *SB = a.s[mm];
+			const size_t ea0 = (size_t)ra * ngp, eb0 = (size_t)rb * ngp;
+			float acc_a = 0.0f, acc_b = 0.0f;
+			if ((tile != (int)blockIdx.x || m) && wid < nsteps)
+				mq_load<4, S>(cur, Wa, Wb, SB, ea0, eb0, CPG, wid, tig, nch);
+			for (int st = wid; st < nsteps; st += 2 * MQ_WARPS) { /* two register sets in turn */
+				const int s1 = st + MQ_WARPS, s2 = st + 2 * MQ_WARPS;
+				if (s1 < nsteps)
+					mq_load<4, S>(nxt, Wa, Wb, SB, ea0, eb0, CPG, s1, tig, nch);
+				mi_compute<S, CPG>(cur, mi_xs, meta, st, L, acc_a, acc_b);
+				if (s1 >= nsteps)
+					break;
+				if (s2 < nsteps)
+					mq_load<4, S>(cur, Wa, Wb, SB, ea0, eb0, CPG, s2, tig, nch);
+				mi_compute<S, CPG>(nxt, mi_xs, meta, s1, L, acc_a, acc_b);
+			}
+			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
+			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
+			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
+			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
+			if (tig == 0) {
+				red[it][m][wid][g] = acc_a;
+				red[it][m][wid][g + 8] = acc_b;
+			}
+		}
+		__syncthreads(); /* one barrier per tile: as k_matvec_mma */
+		if (tid < MQ_ROWS && r0 + tid < a.rows[mi]) {
+			float v[NM];
+#pragma unroll
+			for (int m = 0; m < NM; m++) {
+				v[m] = 0.0f;
+#pragma unroll
+				for (int w = 0; w < MQ_WARPS; w++)
+					v[m] += red[it][m][w][tid];
+				if (NORM)
+					v[m] *= inv;
+				v[m] += a.bias[mi + m] ? a.bias[mi + m][r0 + tid] : 0.0f;
+			}
+			if (NM == 1)
+				a.y[mi][r0 + tid] = a.add ? a.y[mi][r0 + tid] + v[0] : v[0];
+			else
+				a.y[0][r0 + tid] = glu_act(v[0], a.act) * v[NM - 1];
+		}
+	}
+}
+
 /* ---- decode, 4 and 8 bits: the streaming matvec (k_matvec_cp, run 27) ----
  * Why: the kernels above keep a step's weights in registers (two sets of
  * ~8 KB per warp, 168 registers, 3 blocks of 4 warps per SM) and launch
@@ -2116,14 +2434,61 @@ static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
 	return 0;
 }
 
+/* tiles x matrices from which the default (kc_matvec_impl(0)) takes
+ * k_matvec_i8 for 4 bits: launches of many tiles per block (the grid is
+ * resident, so each block stages x once for many tiles). Run 29 (same
+ * call, us): lm_head 128256 x 4096 90.9 -> 75.8 (fused norm 93.3 ->
+ * 77.4), but one tile per block it loses: down 4096 x 14336 18.7 -> 25.4,
+ * qkv 7.0 -> 7.2 (its staging of x, about 3x k_matvec_mma's instructions
+ * per value, is paid per tile there); the models under impl 6 / 7 (every
+ * 4-bit launch / all but gate/up+GLU on k_matvec_i8): 8B @16 398 / 393
+ * tok/s against the default's 427. */
+#define MI_MIN 4096
+
+/* k_matvec_i8 (4 bits) for this launch: 1 when its staged x does not fit
+ * (then k_matvec_mma takes it: it takes every launch mq_ok allows), else 0
+ * (launched) or -1. One block per row tile, as k_matvec_mma. */
+template <class S, int CPG, int NM, int NORM>
+static int mi_launch_g(const mv_args &a, const float *x, size_t smem)
+{
+	int occ = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_i8<S, CPG, NM, NORM>, 32 * MQ_WARPS,
+							   smem) != cudaSuccess || occ < 1)
+		occ = 1;
+	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
+	CK(launch_ex(a.add ? g_pdl_add : g_pdl, k_matvec_i8<S, CPG, NM, NORM>, dim3(grid), dim3(32 * MQ_WARPS),
+		     smem, a, x));
+	return 0;
+}
+
+template <class S, int NM, int NORM>
+static int mi_launch(const mv_args &a, const float *x)
+{
+	const size_t smem = mi_smem_bytes(a.cols);
+	if (smem > MQ_SMEM_MAX)
+		return 1;
+	switch (a.group) {
+	case 32: return mi_launch_g<S, 0, NM, NORM>(a, x, smem);
+	case 64: return mi_launch_g<S, 1, NM, NORM>(a, x, smem);
+	default: return mi_launch_g<S, 2, NM, NORM>(a, x, smem);
+	}
+}
+
 template <int BITS, class S, int NM, int NORM>
 static int mq_launch(const mv_args &a, const float *x, size_t smem)
 {
-	if (g_mv_impl == 4 || g_mv_impl == 5 ||
-	    (g_mv_impl == 0 && a.tiles * NM >= MQ_CP_MIN && a.tiles * NM < MQ_CP_MAX)) {
+	const bool cp_shape = a.tiles * NM >= MQ_CP_MIN && a.tiles * NM < MQ_CP_MAX; /* the default's k_matvec_cp */
+	if (g_mv_impl == 4 || g_mv_impl == 5 || ((g_mv_impl == 0 || g_mv_impl == 7) && cp_shape)) {
 		const int rc = mq_launch_cp<BITS, S, NM, NORM>(a, x, smem);
 		if (rc <= 0)
 			return rc;
+	}
+	if constexpr (BITS == 4) {
+		if (g_mv_impl == 6 || g_mv_impl == 7 || (g_mv_impl == 0 && a.tiles * NM >= MI_MIN)) {
+			const int rc = mi_launch<S, NM, NORM>(a, x);
+			if (rc <= 0)
+				return rc;
+		}
 	}
 	/* Many tiles (lm_head, gate/up: tiles x NM >= MQ_WT_MIN): warp-owned
 	 * tiles, a resident grid. Otherwise one block per row tile, its warps
@@ -2171,6 +2536,12 @@ static int mq_attr_norm(void)
 	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_mma<8, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_i8<S, 0, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_i8<S, 0, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_i8<S, 1, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_i8<S, 1, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_i8<S, 2, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_i8<S, 2, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_wt<4, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_cp<4, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));

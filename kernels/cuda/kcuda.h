@@ -110,9 +110,12 @@ int kc_linear_multi(int count, const kq_matrix *const *ms, const float *x, int n
  * before run 27), 3 that with its warp-per-tile variant for large 4-bit
  * launches, 4 the streaming tensor-core kernel (resident grid, weights
  * through a shared-memory ring; 4 warps per block), 5 the same with 8
- * warps per block (tests and benchmarks compare them). impl < 0 only
- * reads. Returns the previous setting; not thread-safe (set it before
- * queueing work). */
+ * warps per block, 6 the int8 tensor-core kernel (x as three int8 terms
+ * per group, k_matvec_i8; the default takes it for 4-bit launches of many
+ * row tiles, lm_head) for every 4-bit launch (8 bits: as 2), 7 the
+ * default's choice with k_matvec_i8 in place of the split kernel for 4
+ * bits (tests and benchmarks compare them). impl < 0 only reads. Returns
+ * the previous setting; not thread-safe (set it before queueing work). */
 int kc_matvec_impl(int impl);
 /* The feed-forward input: g_out[n][rows] = act(x gate^T) * (x up^T) (act
  * as kc_glu). For n == 1 with 4- or 8-bit gate and up of one shape, one

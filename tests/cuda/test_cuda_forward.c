@@ -414,6 +414,10 @@ int main(int argc, char **argv)
 		kc_gemm_impl(atoi(getenv("GEMM_IMPL")));
 		printf("gemm impl %d\n", kc_gemm_impl(-1));
 	}
+	if (getenv("MV_IMPL")) { /* the decode matvec variant under test (kc_matvec_impl) */
+		kc_matvec_impl(atoi(getenv("MV_IMPL")));
+		printf("matvec impl %d\n", kc_matvec_impl(-1));
+	}
 	if (getenv("RESID_IMPL")) {
 		kc_residual_impl(atoi(getenv("RESID_IMPL")));
 		printf("residual impl %d\n", kc_residual_impl(-1));

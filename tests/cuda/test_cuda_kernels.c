@@ -320,6 +320,42 @@ static void test_matvec(const kernel_table *R, int rows, int cols, int bits, int
 	host_free(&h);
 }
 
+/* The decode matvec (bias on, output poisoned) on an x that stresses the
+ * int8 terms of k_matvec_i8 (D per group = max|x_group| / 127): tiny
+ * values (|x| <= 1e-3) with one 3e5 in the first group, the second group
+ * all zero, the third holding negative zeros. */
+static void test_matvec_xedge(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt)
+{
+	char name[112];
+	kq_matrix h = host_matrix(rows, cols, bits, gs, sdt), d;
+	if (kc_matrix_upload(&h, &d))
+		die("matrix upload");
+	float *x = malloc((size_t)cols * 4), *bias = malloc((size_t)rows * 4), *ref = malloc((size_t)rows * 4);
+	fill(x, (size_t)cols, -1e-3f, 1e-3f);
+	x[gs / 3] = 3e5f;
+	for (int i = gs; i < 2 * gs && i < cols; i++)
+		x[i] = 0.0f;
+	for (int i = 2 * gs; i < 3 * gs && i < cols; i += 3)
+		x[i] = -0.0f;
+	fill(bias, (size_t)rows, -1, 1);
+	R->matvec(&h, x, bias, ref);
+	float *dx = dup_dev(x, (size_t)cols), *db = dup_dev(bias, (size_t)rows), *dy = dalloc((size_t)rows * 4);
+	poison(dy, (size_t)rows * 4);
+	if (kc_linear(&d, dx, 1, db, dy))
+		die("kc_linear");
+	snprintf(name, sizeof(name), "matvec x 3e5/1e-3/0/-0 mv%d b%d g%d %s %dx%d +bias", kc_matvec_impl(-1), bits,
+		 gs, dtn(sdt), rows, cols);
+	compare(name, dy, ref, (size_t)rows, TOL_LINEAR);
+	kc_free(dx);
+	kc_free(db);
+	kc_free(dy);
+	free(x);
+	free(bias);
+	free(ref);
+	kc_matrix_free(&d);
+	host_free(&h);
+}
+
 /* q/k/v-style fusion: count matrices (rows r[i]) sharing x in one launch
  * (n == 1), or sharing one split of x and one launch over all their row
  * tiles (n > 1, the tensor-core GEMM; every variant, gemm_impls). */
@@ -574,7 +610,7 @@ static void test_fuse_refusals(void)
 	expect(kc_linear_glu_norm(&d3, &d3, dx, &nrm, 0, dy) == -1, "kc_linear_glu_norm refuses 3-bit");
 	kc_matvec_impl(1);
 	expect(!kc_fuse_ok(1, m4, KC_FUSE_ADD), "kc_fuse_ok under kc_matvec_impl(1) no");
-	for (int impl = 2; impl <= 5; impl++) {
+	for (int impl = 2; impl <= 7; impl++) {
 		char name[64];
 		kc_matvec_impl(impl);
 		snprintf(name, sizeof(name), "kc_fuse_ok under kc_matvec_impl(%d) yes", impl);
@@ -848,6 +884,12 @@ static void test_matvec_impl(const kernel_table *R, int impl)
 	test_resid_fuse(R, 64, 2048, 8, 128, KDT_F32, 0, 0.5f);
 	test_resid_fuse(R, 100003, 256, 4, 64, KDT_F16, 0, 1.0f);
 	test_resid_fuse(R, 16, 512, 4, 32, KDT_BF16, 1, 2.0f);
+	static const int xcols[] = {2048, 4096, 14336};
+	for (int ci = 0; ci < 3; ci++)
+		for (int gi = 0; gi < 3; gi++)
+			test_matvec_xedge(R, 77, xcols[ci], 4, groups[gi], (kdtype)((ci + gi) % KDT_COUNT));
+	test_matvec_xedge(R, 100003, 2048, 4, 64, KDT_F16);
+	test_matvec_xedge(R, 77, 4096, 8, 64, KDT_BF16);
 	kc_matvec_impl(0);
 }
 
@@ -856,6 +898,15 @@ int main(int argc, char **argv)
 	/* "gemm": only the linear-layer tests (n = 1 fused, the GEMMs), for a
 	 * short device call on GEMM work; the full suite otherwise */
 	const int only_gemm = argc > 1 && !strcmp(argv[1], "gemm");
+	/* for a device call that runs parts side by side: "mv N": only
+	 * test_matvec_impl(N) and the kc_fuse_ok checks; "nogemm": without the
+	 * GEMM tests; "nomv": without test_matvec_impl of the int8 impls 6, 7 */
+	const int only_mv = argc > 2 && !strcmp(argv[1], "mv") ? atoi(argv[2]) : -1;
+	int no_gemm = 0, no_i8 = 0;
+	for (int i = 1; i < argc; i++) {
+		no_gemm |= !strcmp(argv[i], "nogemm");
+		no_i8 |= !strcmp(argv[i], "nomv");
+	}
 	if (kc_device_count() < 1) {
 		printf("UNAVAILABLE: no CUDA device — nothing was tested\n");
 		return 2;
@@ -867,6 +918,11 @@ int main(int argc, char **argv)
 	kc_device_info(dev, sizeof(dev), &mem);
 	printf("device: %s, %.1f GiB\n", dev, (double)mem / (1 << 30));
 	const kernel_table *R = kernels_ref();
+	if (only_mv >= 0) {
+		test_fuse_refusals();
+		test_matvec_impl(R, only_mv);
+		goto done;
+	}
 	static const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
 	for (int bi = 0; bi < 6; bi++)
 		for (int gi = 0; gi < 3; gi++)
@@ -932,6 +988,11 @@ int main(int argc, char **argv)
 	 * kc_matvec_impl(2), for all but the gate/up-sized launches) */
 	test_matvec_impl(R, 4);
 	test_matvec_impl(R, 5);
+	/* the int8 tensor-core matvec (k_matvec_i8): every 4-bit launch (6),
+	 * and the default's choice with it in place of the split kernel (7) */
+	for (int impl = 6; impl <= 7; impl++)
+		if (!no_i8)
+			test_matvec_impl(R, impl);
 	/* the SIMT matvec, which the tensor-core kernel replaced for 4 and 8 bits */
 	kc_matvec_impl(1);
 	for (int bi = 2; bi < 6; bi += 3)
@@ -941,6 +1002,8 @@ int main(int argc, char **argv)
 		}
 	test_linear(R, 130, 14336, 4, 64, KDT_BF16);
 	kc_matvec_impl(0);
+	if (no_gemm)
+		goto rest;
 gemm:;
 	/* the tensor-core GEMM: every bits x group x scale dtype, n from 2 to
 	 * 600 (partial token tiles of 64), 160 rows (a partial row tile of
@@ -974,6 +1037,7 @@ gemm:;
 		test_gemm(R, 67, 320, bits[bi], 64, (kdtype)(bi / 2), 70);
 	test_fused(R, 4, 64, KDT_F16, 9);
 	kc_gemm_impl(0);
+rest:
 	if (only_gemm)
 		goto done;
 	for (int dt = 0; dt < KDT_COUNT; dt++) /* dense weights, cols not a multiple of anything */
