@@ -837,6 +837,38 @@ static __device__ __forceinline__ void ld8(const float *p, bool ok, bool vec, fl
  * block (same items per thread) gets the same bits on every run.
  * (Run 16 reduced x^2 in each block before staging x/rms: lost 10%.) */
 #define MQ_XU 4
+/* The staging's loads (mq_stage, mi_stage): items i0 + u nt + tid (u <
+ * MQ_XU) of 8 consecutive values of x into v, those at or past nreal as
+ * zeros, all issued before any is used. NORM: v = x (nw + one), and the
+ * sum of x^2 added to ss in item order. */
+template <int NORM>
+static __device__ __forceinline__ void mq_stage_items(const float *__restrict__ x, const float *__restrict__ nw,
+						      float one, bool xvec, int i0, int nt, int nreal,
+						      float (&v)[MQ_XU][8], float &ss)
+{
+	const int tid = threadIdx.x;
+#pragma unroll
+	for (int u = 0; u < MQ_XU; u++) {
+		const int i = i0 + u * nt + tid;
+		ld8(x + (size_t)i * 8, i < nreal, xvec, v[u]);
+	}
+	if (NORM) {
+		float w[MQ_XU][8];
+#pragma unroll
+		for (int u = 0; u < MQ_XU; u++) {
+			const int i = i0 + u * nt + tid;
+			ld8(nw + (size_t)i * 8, i < nreal, xvec, w[u]);
+		}
+#pragma unroll
+		for (int u = 0; u < MQ_XU; u++)
+#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				ss = fmaf(v[u][j], v[u][j], ss);
+				v[u][j] *= w[u][j] + one;
+			}
+	}
+}
+
 template <int BITS, int NORM>
 static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, const float *__restrict__ nw, float one,
 						bool xvec, int nch, uint32_t *xs, float *nss, int nt)
@@ -847,26 +879,7 @@ static __device__ __forceinline__ void mq_stage(const float *__restrict__ x, con
 	float ss = 0.0f;
 	for (int i0 = 0; i0 < nch * 4; i0 += nt * MQ_XU) {
 		float v[MQ_XU][8];
-#pragma unroll
-		for (int u = 0; u < MQ_XU; u++) {
-			const int i = i0 + u * nt + tid;
-			ld8(x + (size_t)i * 8, i < nch * 4, xvec, v[u]);
-		}
-		if (NORM) {
-			float w[MQ_XU][8];
-#pragma unroll
-			for (int u = 0; u < MQ_XU; u++) {
-				const int i = i0 + u * nt + tid;
-				ld8(nw + (size_t)i * 8, i < nch * 4, xvec, w[u]);
-			}
-#pragma unroll
-			for (int u = 0; u < MQ_XU; u++)
-#pragma unroll
-				for (int j = 0; j < 8; j++) {
-					ss = fmaf(v[u][j], v[u][j], ss);
-					v[u][j] *= w[u][j] + one;
-				}
-		}
+		mq_stage_items<NORM>(x, nw, one, xvec, i0, nt, nch * 4, v, ss);
 #pragma unroll
 		for (int u = 0; u < MQ_XU; u++) {
 			const int i = i0 + u * nt + tid, ch = i >> 2, q = i & 3;
@@ -930,109 +943,6 @@ static __device__ __forceinline__ void mq_tile(const mv_args &a, int NM, int til
 	while (NM == 1 && mi + 1 < a.count && tile >= a.start[mi + 1])
 		mi++;
 	r0 = (tile - a.start[mi]) * MQ_ROWS;
-}
-
-/* Block: MQ_WARPS warps on one row tile at a time, splitting its columns
- * (step st = wid, wid + 4, ...); x staged once, then tiles blockIdx.x,
- * blockIdx.x + gridDim.x, ... (the grid is smaller than the tile count
- * only for large matrices: lm_head). Each lane double-buffers its steps
- * (4 bits): the next step's loads are in flight while this one computes.
- * The first step's loads are issued before x is staged. */
-template <int BITS, class S, int NM, int NORM>
-__global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a, const float *__restrict__ x)
-{
-	pdl_trigger();
-	extern __shared__ uint32_t xs[]; /* [nch][MQ_CW] */
-	__shared__ float red[2][NM][MQ_WARPS][MQ_ROWS];
-	__shared__ float nss[MQ_WARPS];
-	constexpr int V = BITS / 4;
-	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
-	const int g = lane >> 2, tig = lane & 3;
-	const int cols = a.cols, nch = cols >> 5, ngp = sb_ngp(cols, a.group), cpg_sh = __ffs(a.group >> 5) - 1;
-	const int nsteps = (nch + 15) >> 4;
-	const size_t row_words = (size_t)cols * BITS / 32;
-	const bool bact = (g >> 1) == tig; /* this lane feeds B: chunk tig, part g & 1 */
-	const int part = (g & 1) * 16;
-	mq_regs<V, S::SW> cur, nxt;
-	int mi, r0, ra, rb;
-	mq_tile(a, NM, blockIdx.x, mi, r0);
-	ra = min(r0 + g, a.rows[mi] - 1);
-	rb = min(r0 + g + 8, a.rows[mi] - 1);
-	if (wid < nsteps)
-		mq_load<BITS, S>(cur, (const uint4 *)(a.w[mi] + (size_t)ra * row_words),
-				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
-				 (size_t)rb * ngp, cpg_sh, wid, tig, nch);
-	pdl_wait(); /* x is the predecessor's output */
-	mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss, 32 * MQ_WARPS);
-	__syncthreads();
-	const float inv = NORM ? mq_inv(nss, MQ_WARPS, cols, a.eps) : 1.0f;
-	int it = 0;
-	for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x, it ^= 1) {
-		if (tile != (int)blockIdx.x) {
-			mq_tile(a, NM, tile, mi, r0);
-			ra = min(r0 + g, a.rows[mi] - 1);
-			rb = min(r0 + g + 8, a.rows[mi] - 1);
-		}
-#pragma unroll
-		for (int m = 0; m < NM; m++) {
-			const int mm = mi + m;
-			const uint4 *Wa = (const uint4 *)(a.w[mm] + (size_t)ra * row_words);
-			const uint4 *Wb = (const uint4 *)(a.w[mm] + (size_t)rb * row_words);
-			const void *SB = a.s[mm];
-			const size_t ea0 = (size_t)ra * ngp, eb0 = (size_t)rb * ngp;
-			float acc_a = 0.0f, acc_b = 0.0f;
-			if ((tile != (int)blockIdx.x || m) && wid < nsteps)
-				mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, wid, tig, nch);
-			if (V == 1) { /* two register sets in turn: no copies */
-				for (int st = wid; st < nsteps; st += 2 * MQ_WARPS) {
-					const int s1 = st + MQ_WARPS, s2 = st + 2 * MQ_WARPS;
-					if (s1 < nsteps)
-						mq_load<BITS, S>(nxt, Wa, Wb, SB, ea0, eb0, cpg_sh, s1, tig, nch);
-					mq_compute<BITS, S>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
-					if (s1 >= nsteps)
-						break;
-					if (s2 < nsteps)
-						mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, s2, tig, nch);
-					mq_compute<BITS, S>(nxt, xs, s1, tig, nch, bact, part, acc_a, acc_b);
-				}
-			} else {
-				for (int st = wid; st < nsteps; st += MQ_WARPS) {
-					if (st != wid)
-						mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, st, tig, nch);
-					mq_compute<BITS, S>(cur, xs, st, tig, nch, bact, part, acc_a, acc_b);
-				}
-			}
-			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
-			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
-			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
-			acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
-			if (tig == 0) {
-				red[it][m][wid][g] = acc_a;
-				red[it][m][wid][g + 8] = acc_b;
-			}
-		}
-		/* red[it] is written before this barrier and read after it; the
-		 * next tile writes red[it ^ 1], and the one after that waits
-		 * for this barrier's successor, so one barrier per tile suffices */
-		__syncthreads();
-		if (tid < MQ_ROWS && r0 + tid < a.rows[mi]) {
-			float v[NM];
-#pragma unroll
-			for (int m = 0; m < NM; m++) {
-				v[m] = 0.0f;
-#pragma unroll
-				for (int w = 0; w < MQ_WARPS; w++)
-					v[m] += red[it][m][w][tid];
-				if (NORM)
-					v[m] *= inv;
-				v[m] += a.bias[mi + m] ? a.bias[mi + m][r0 + tid] : 0.0f;
-			}
-			if (NM == 1)
-				a.y[mi][r0 + tid] = a.add ? a.y[mi][r0 + tid] + v[0] : v[0];
-			else
-				a.y[0][r0 + tid] = glu_act(v[0], a.act) * v[NM - 1];
-		}
-	}
 }
 
 /* Warp-owned tiles, for launches with many tiles (lm_head, gate/up): warp
@@ -1223,26 +1133,7 @@ static __device__ __forceinline__ void mi_stage(const float *__restrict__ x, con
 	float ss = 0.0f;
 	for (int i0 = 0; i0 < nit; i0 += nt * MQ_XU) {
 		float v[MQ_XU][8];
-#pragma unroll
-		for (int u = 0; u < MQ_XU; u++) {
-			const int i = i0 + u * nt + tid;
-			ld8(x + (size_t)i * 8, i < nreal, xvec, v[u]);
-		}
-		if (NORM) {
-			float w[MQ_XU][8];
-#pragma unroll
-			for (int u = 0; u < MQ_XU; u++) {
-				const int i = i0 + u * nt + tid;
-				ld8(nw + (size_t)i * 8, i < nreal, xvec, w[u]);
-			}
-#pragma unroll
-			for (int u = 0; u < MQ_XU; u++)
-#pragma unroll
-				for (int j = 0; j < 8; j++) {
-					ss = fmaf(v[u][j], v[u][j], ss);
-					v[u][j] *= w[u][j] + one;
-				}
-		}
+		mq_stage_items<NORM>(x, nw, one, xvec, i0, nt, nreal, v, ss);
 #pragma unroll
 		for (int u = 0; u < MQ_XU; u++) {
 			const int i = i0 + u * nt + tid;
@@ -1373,33 +1264,92 @@ static __device__ __forceinline__ void mi_compute(const mq_regs<1, S::SW> &r, co
 	}
 }
 
-/* k_matvec_mma with the int8 inner loop (4 bits; CPG = log2(group / 32)):
- * the same tiles, loads, double buffering, epilogue and NORM handling. */
-template <class S, int CPG, int NM, int NORM>
-__global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_i8(mv_args a, const float *__restrict__ x)
+/* A row tile's epilogue (the split kernel, the streaming one): thread tid <
+ * MQ_ROWS sums its row's partial sums from the W warps (red[m][w][row]),
+ * scales by inv (NORM), adds the bias and writes y: += for the residual
+ * add, the GLU of the two sums for NM == 2. WC: W at compile time (the
+ * split kernel: the loop unrolled), 0 when W is known at run time only. */
+template <int NM, int NORM, int WC>
+static __device__ __forceinline__ void mq_tile_out(const mv_args &a, const float *red, int W, int mi, int r0, int tid,
+						   float inv)
+{
+	if (tid < MQ_ROWS && r0 + tid < a.rows[mi]) {
+		float v[NM];
+#pragma unroll
+		for (int m = 0; m < NM; m++) {
+			v[m] = 0.0f;
+			if constexpr (WC > 0) {
+#pragma unroll
+				for (int w = 0; w < WC; w++)
+					v[m] += red[(m * WC + w) * MQ_ROWS + tid];
+			} else {
+				for (int w = 0; w < W; w++)
+					v[m] += red[(m * W + w) * MQ_ROWS + tid];
+			}
+			if (NORM)
+				v[m] *= inv;
+			v[m] += a.bias[mi + m] ? a.bias[mi + m][r0 + tid] : 0.0f;
+		}
+		if (NM == 1)
+			a.y[mi][r0 + tid] = a.add ? a.y[mi][r0 + tid] + v[0] : v[0];
+		else
+			a.y[0][r0 + tid] = glu_act(v[0], a.act) * v[NM - 1];
+	}
+}
+
+/* The split kernel (k_matvec_mma; k_matvec_i8 with the int8 inner loop):
+ * MQ_WARPS warps on one row tile at a time, splitting its columns (step
+ * st = wid, wid + 4, ...); x staged once, then tiles blockIdx.x,
+ * blockIdx.x + gridDim.x, ... (the grid is smaller than the tile count
+ * only for large matrices: lm_head). Each lane double-buffers its steps
+ * (4 bits): the next step's loads are in flight while this one computes.
+ * The first step's loads are issued before x is staged.
+ * CPG < 0: the f16 inner loop (mq_stage, mq_compute; 4 or 8 bits, any
+ * group); CPG >= 0: the int8 one (mi_stage, mi_compute; 4 bits, group
+ * 32 << CPG). xs: the dynamic shared memory of the kernel. */
+template <int BITS, class S, int CPG>
+static __device__ __forceinline__ void mq_step(const mq_regs<BITS / 4, S::SW> &r, const uint32_t *xs,
+					       const uint8_t *meta, int st, int tig, int nch, bool bact, int part,
+					       const mi_lane<(CPG >= 0 ? CPG : 0)> &L, float &acc_a, float &acc_b)
+{
+	if constexpr (CPG >= 0)
+		mi_compute<S, CPG>(r, (const uint8_t *)xs, meta, st, L, acc_a, acc_b);
+	else
+		mq_compute<BITS, S>(r, xs, st, tig, nch, bact, part, acc_a, acc_b);
+}
+
+template <int BITS, class S, int NM, int NORM, int CPG>
+static __device__ __forceinline__ void mq_split(const mv_args &a, const float *__restrict__ x, uint32_t *xs)
 {
 	pdl_trigger();
-	extern __shared__ __align__(16) uint8_t mi_xs[]; /* mi_smem_bytes(cols) */
+	constexpr bool I8 = CPG >= 0;
 	__shared__ float red[2][NM][MQ_WARPS][MQ_ROWS];
 	__shared__ float nss[MQ_WARPS];
+	constexpr int V = BITS / 4;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, tig = lane & 3;
 	const int cols = a.cols, nch = cols >> 5, ngp = sb_ngp(cols, a.group);
+	const int cpg_sh = I8 ? CPG : __ffs(a.group >> 5) - 1;
 	const int nsteps = (nch + 15) >> 4;
-	const size_t row_words = (size_t)cols / 8;
-	const uint8_t *meta = mi_xs + (size_t)nsteps * 16 * MI_REC;
-	const mi_lane<CPG> L(lane);
-	mq_regs<1, S::SW> cur, nxt;
+	const size_t row_words = I8 ? (size_t)cols / 8 : (size_t)cols * BITS / 32;
+	const bool bact = (g >> 1) == tig; /* this lane feeds B: chunk tig, part g & 1 */
+	const int part = (g & 1) * 16;
+	const uint8_t *meta = (const uint8_t *)xs + (size_t)nsteps * 16 * MI_REC; /* int8: after the records */
+	const mi_lane<I8 ? CPG : 0> L(lane);
+	mq_regs<V, S::SW> cur, nxt;
 	int mi, r0, ra, rb;
 	mq_tile(a, NM, blockIdx.x, mi, r0);
 	ra = min(r0 + g, a.rows[mi] - 1);
 	rb = min(r0 + g + 8, a.rows[mi] - 1);
 	if (wid < nsteps)
-		mq_load<4, S>(cur, (const uint4 *)(a.w[mi] + (size_t)ra * row_words),
-			      (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
-			      (size_t)rb * ngp, CPG, wid, tig, nch);
+		mq_load<BITS, S>(cur, (const uint4 *)(a.w[mi] + (size_t)ra * row_words),
+				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
+				 (size_t)rb * ngp, cpg_sh, wid, tig, nch);
 	pdl_wait(); /* x is the predecessor's output */
-	mi_stage<CPG, NORM>(x, a.nw, a.one, a.vec & 2, nch, nsteps, mi_xs, nss, 32 * MQ_WARPS);
+	if constexpr (I8)
+		mi_stage<CPG, NORM>(x, a.nw, a.one, a.vec & 2, nch, nsteps, (uint8_t *)xs, nss, 32 * MQ_WARPS);
+	else
+		mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss, 32 * MQ_WARPS);
 	__syncthreads();
 	const float inv = NORM ? mq_inv(nss, MQ_WARPS, cols, a.eps) : 1.0f;
 	int it = 0;
@@ -1418,17 +1368,25 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_i8(mv_args a,
 			const size_t ea0 = (size_t)ra * ngp, eb0 = (size_t)rb * ngp;
 			float acc_a = 0.0f, acc_b = 0.0f;
 			if ((tile != (int)blockIdx.x || m) && wid < nsteps)
-				mq_load<4, S>(cur, Wa, Wb, SB, ea0, eb0, CPG, wid, tig, nch);
-			for (int st = wid; st < nsteps; st += 2 * MQ_WARPS) { /* two register sets in turn */
-				const int s1 = st + MQ_WARPS, s2 = st + 2 * MQ_WARPS;
-				if (s1 < nsteps)
-					mq_load<4, S>(nxt, Wa, Wb, SB, ea0, eb0, CPG, s1, tig, nch);
-				mi_compute<S, CPG>(cur, mi_xs, meta, st, L, acc_a, acc_b);
-				if (s1 >= nsteps)
-					break;
-				if (s2 < nsteps)
-					mq_load<4, S>(cur, Wa, Wb, SB, ea0, eb0, CPG, s2, tig, nch);
-				mi_compute<S, CPG>(nxt, mi_xs, meta, s1, L, acc_a, acc_b);
+				mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, wid, tig, nch);
+			if (V == 1) { /* two register sets in turn: no copies */
+				for (int st = wid; st < nsteps; st += 2 * MQ_WARPS) {
+					const int s1 = st + MQ_WARPS, s2 = st + 2 * MQ_WARPS;
+					if (s1 < nsteps)
+						mq_load<BITS, S>(nxt, Wa, Wb, SB, ea0, eb0, cpg_sh, s1, tig, nch);
+					mq_step<BITS, S, CPG>(cur, xs, meta, st, tig, nch, bact, part, L, acc_a, acc_b);
+					if (s1 >= nsteps)
+						break;
+					if (s2 < nsteps)
+						mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, s2, tig, nch);
+					mq_step<BITS, S, CPG>(nxt, xs, meta, s1, tig, nch, bact, part, L, acc_a, acc_b);
+				}
+			} else {
+				for (int st = wid; st < nsteps; st += MQ_WARPS) {
+					if (st != wid)
+						mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, st, tig, nch);
+					mq_step<BITS, S, CPG>(cur, xs, meta, st, tig, nch, bact, part, L, acc_a, acc_b);
+				}
 			}
 			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
 			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
@@ -1439,25 +1397,27 @@ __global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_i8(mv_args a,
 				red[it][m][wid][g + 8] = acc_b;
 			}
 		}
-		__syncthreads(); /* one barrier per tile: as k_matvec_mma */
-		if (tid < MQ_ROWS && r0 + tid < a.rows[mi]) {
-			float v[NM];
-#pragma unroll
-			for (int m = 0; m < NM; m++) {
-				v[m] = 0.0f;
-#pragma unroll
-				for (int w = 0; w < MQ_WARPS; w++)
-					v[m] += red[it][m][w][tid];
-				if (NORM)
-					v[m] *= inv;
-				v[m] += a.bias[mi + m] ? a.bias[mi + m][r0 + tid] : 0.0f;
-			}
-			if (NM == 1)
-				a.y[mi][r0 + tid] = a.add ? a.y[mi][r0 + tid] + v[0] : v[0];
-			else
-				a.y[0][r0 + tid] = glu_act(v[0], a.act) * v[NM - 1];
-		}
+		/* red[it] is written before this barrier and read after it; the
+		 * next tile writes red[it ^ 1], and the one after that waits
+		 * for this barrier's successor, so one barrier per tile suffices */
+		__syncthreads();
+		mq_tile_out<NM, NORM, MQ_WARPS>(a, &red[it][0][0][0], MQ_WARPS, mi, r0, tid, inv);
 	}
+}
+
+template <int BITS, class S, int NM, int NORM>
+__global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a, const float *__restrict__ x)
+{
+	extern __shared__ uint32_t xs[]; /* [nch][MQ_CW] */
+	mq_split<BITS, S, NM, NORM, -1>(a, x, xs);
+}
+
+/* 4 bits, CPG = log2(group / 32) */
+template <class S, int CPG, int NM, int NORM>
+__global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_i8(mv_args a, const float *__restrict__ x)
+{
+	extern __shared__ __align__(16) uint8_t mi_xs[]; /* mi_smem_bytes(cols) */
+	mq_split<4, S, NM, NORM, CPG>(a, x, (uint32_t *)mi_xs);
 }
 
 /* ---- decode, 4 and 8 bits: the streaming matvec (k_matvec_cp, run 27) ----
@@ -1709,22 +1669,7 @@ __global__ void __launch_bounds__(32 * MQ_CP_MAXW) k_matvec_cp(mv_args a, const 
 		}
 		/* one barrier per tile: as k_matvec_mma */
 		__syncthreads();
-		if (tid < MQ_ROWS && r0 + tid < a.rows[mi]) {
-			float v[NM];
-#pragma unroll
-			for (int m = 0; m < NM; m++) {
-				v[m] = 0.0f;
-				for (int w = 0; w < W; w++)
-					v[m] += red[((it * NM + m) * W + w) * MQ_ROWS + tid];
-				if (NORM)
-					v[m] *= inv;
-				v[m] += a.bias[mi + m] ? a.bias[mi + m][r0 + tid] : 0.0f;
-			}
-			if (NM == 1)
-				a.y[mi][r0 + tid] = a.add ? a.y[mi][r0 + tid] + v[0] : v[0];
-			else
-				a.y[0][r0 + tid] = glu_act(v[0], a.act) * v[NM - 1];
-		}
+		mq_tile_out<NM, NORM, 0>(a, red + it * NM * W * MQ_ROWS, W, mi, r0, tid, inv);
 	}
 	asm volatile("cp.async.wait_all;\n" ::: "memory"); /* nothing left in flight at exit (only empty groups) */
 }
@@ -2445,20 +2390,25 @@ static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
  * tok/s against the default's 427. */
 #define MI_MIN 4096
 
+/* Launches a split kernel (k_matvec_mma, k_matvec_i8): one block per row
+ * tile, or a resident grid when the tiles are many (8 waves or more). */
+static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &a, const float *x, size_t smem)
+{
+	int occ = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * MQ_WARPS, smem) != cudaSuccess || occ < 1)
+		occ = 1;
+	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
+	CK(launch_ex(a.add ? g_pdl_add : g_pdl, kern, dim3(grid), dim3(32 * MQ_WARPS), smem, a, x));
+	return 0;
+}
+
 /* k_matvec_i8 (4 bits) for this launch: 1 when its staged x does not fit
  * (then k_matvec_mma takes it: it takes every launch mq_ok allows), else 0
  * (launched) or -1. One block per row tile, as k_matvec_mma. */
 template <class S, int CPG, int NM, int NORM>
 static int mi_launch_g(const mv_args &a, const float *x, size_t smem)
 {
-	int occ = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_i8<S, CPG, NM, NORM>, 32 * MQ_WARPS,
-							   smem) != cudaSuccess || occ < 1)
-		occ = 1;
-	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
-	CK(launch_ex(a.add ? g_pdl_add : g_pdl, k_matvec_i8<S, CPG, NM, NORM>, dim3(grid), dim3(32 * MQ_WARPS),
-		     smem, a, x));
-	return 0;
+	return mq_launch_split(k_matvec_i8<S, CPG, NM, NORM>, a, x, smem);
 }
 
 template <class S, int NM, int NORM>
@@ -2493,9 +2443,9 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 	/* Many tiles (lm_head, gate/up: tiles x NM >= MQ_WT_MIN): warp-owned
 	 * tiles, a resident grid. Otherwise one block per row tile, its warps
 	 * splitting the columns (4096 rows make 256 tiles: ~2 blocks per SM). */
-	int occ = 0;
 	if constexpr (BITS == 4) { /* 8 bits: two register sets would spill */
 		if (a.tiles * NM >= MQ_WT_MIN && g_mv_impl == 3) {
+			int occ = 0;
 			if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_wt<BITS, S, NM, NORM>,
 									   32 * MQ_WARPS, smem) != cudaSuccess || occ < 1)
 				occ = 1;
@@ -2505,13 +2455,7 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 			return 0;
 		}
 	}
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k_matvec_mma<BITS, S, NM, NORM>, 32 * MQ_WARPS,
-							   smem) != cudaSuccess || occ < 1)
-		occ = 1;
-	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
-	CK(launch_ex(a.add ? g_pdl_add : g_pdl, k_matvec_mma<BITS, S, NM, NORM>, dim3(grid), dim3(32 * MQ_WARPS),
-		     smem, a, x));
-	return 0;
+	return mq_launch_split(k_matvec_mma<BITS, S, NM, NORM>, a, x, smem);
 }
 
 template <class S>

@@ -292,23 +292,35 @@ static void test_gemm(const kernel_table *R, int rows, int cols, int bits, int g
 }
 
 /* The decode matvec alone (n = 1, bias on, output poisoned), under the
- * current kc_matvec_impl. */
-static void test_matvec(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt)
+ * current kc_matvec_impl. xedge: an x that stresses the int8 terms of
+ * k_matvec_i8 (D per group = max|x_group| / 127) instead of uniform
+ * [-1, 1]: tiny values (|x| <= 1e-3) with one 3e5 in the first group, the
+ * second group all zero, the third holding negative zeros. */
+static void test_matvec_x(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int xedge)
 {
-	char name[96];
+	char name[112];
 	kq_matrix h = host_matrix(rows, cols, bits, gs, sdt), d;
 	if (kc_matrix_upload(&h, &d))
 		die("matrix upload");
 	float *x = malloc((size_t)cols * 4), *bias = malloc((size_t)rows * 4), *ref = malloc((size_t)rows * 4);
-	fill(x, (size_t)cols, -1, 1);
+	if (xedge) {
+		fill(x, (size_t)cols, -1e-3f, 1e-3f);
+		x[gs / 3] = 3e5f;
+		for (int i = gs; i < 2 * gs && i < cols; i++)
+			x[i] = 0.0f;
+		for (int i = 2 * gs; i < 3 * gs && i < cols; i += 3)
+			x[i] = -0.0f;
+	} else {
+		fill(x, (size_t)cols, -1, 1);
+	}
 	fill(bias, (size_t)rows, -1, 1);
 	R->matvec(&h, x, bias, ref);
 	float *dx = dup_dev(x, (size_t)cols), *db = dup_dev(bias, (size_t)rows), *dy = dalloc((size_t)rows * 4);
 	poison(dy, (size_t)rows * 4);
 	if (kc_linear(&d, dx, 1, db, dy))
 		die("kc_linear");
-	snprintf(name, sizeof(name), "matvec mv%d b%d g%d %s %dx%d +bias", kc_matvec_impl(-1), bits, gs, dtn(sdt), rows,
-		 cols);
+	snprintf(name, sizeof(name), "matvec%s mv%d b%d g%d %s %dx%d +bias", xedge ? " x 3e5/1e-3/0/-0" : "",
+		 kc_matvec_impl(-1), bits, gs, dtn(sdt), rows, cols);
 	compare(name, dy, ref, (size_t)rows, TOL_LINEAR);
 	kc_free(dx);
 	kc_free(db);
@@ -320,40 +332,9 @@ static void test_matvec(const kernel_table *R, int rows, int cols, int bits, int
 	host_free(&h);
 }
 
-/* The decode matvec (bias on, output poisoned) on an x that stresses the
- * int8 terms of k_matvec_i8 (D per group = max|x_group| / 127): tiny
- * values (|x| <= 1e-3) with one 3e5 in the first group, the second group
- * all zero, the third holding negative zeros. */
-static void test_matvec_xedge(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt)
+static void test_matvec(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt)
 {
-	char name[112];
-	kq_matrix h = host_matrix(rows, cols, bits, gs, sdt), d;
-	if (kc_matrix_upload(&h, &d))
-		die("matrix upload");
-	float *x = malloc((size_t)cols * 4), *bias = malloc((size_t)rows * 4), *ref = malloc((size_t)rows * 4);
-	fill(x, (size_t)cols, -1e-3f, 1e-3f);
-	x[gs / 3] = 3e5f;
-	for (int i = gs; i < 2 * gs && i < cols; i++)
-		x[i] = 0.0f;
-	for (int i = 2 * gs; i < 3 * gs && i < cols; i += 3)
-		x[i] = -0.0f;
-	fill(bias, (size_t)rows, -1, 1);
-	R->matvec(&h, x, bias, ref);
-	float *dx = dup_dev(x, (size_t)cols), *db = dup_dev(bias, (size_t)rows), *dy = dalloc((size_t)rows * 4);
-	poison(dy, (size_t)rows * 4);
-	if (kc_linear(&d, dx, 1, db, dy))
-		die("kc_linear");
-	snprintf(name, sizeof(name), "matvec x 3e5/1e-3/0/-0 mv%d b%d g%d %s %dx%d +bias", kc_matvec_impl(-1), bits,
-		 gs, dtn(sdt), rows, cols);
-	compare(name, dy, ref, (size_t)rows, TOL_LINEAR);
-	kc_free(dx);
-	kc_free(db);
-	kc_free(dy);
-	free(x);
-	free(bias);
-	free(ref);
-	kc_matrix_free(&d);
-	host_free(&h);
+	test_matvec_x(R, rows, cols, bits, gs, sdt, 0);
 }
 
 /* q/k/v-style fusion: count matrices (rows r[i]) sharing x in one launch
@@ -831,6 +812,23 @@ static void test_argmax(void)
 	}
 }
 
+/* The residual fusions under the current kc_matvec_impl: every bits x
+ * group x scale dtype they take (rows 200 and 77: partial row tiles; a
+ * partial last block of 512 columns), x large and small, (1 + w); real
+ * widths (the 8B hidden 4096, the down projection's 14336). */
+static void test_resid_fuses(const kernel_table *R)
+{
+	static const int groups[] = {32, 64, 128};
+	for (int bi = 0; bi < 2; bi++)
+		for (int gi = 0; gi < 3; gi++)
+			for (int dt = 0; dt < KDT_COUNT; dt++)
+				test_resid_fuse(R, bi ? 77 : 200, 1536 + groups[gi], 4 + 4 * bi, groups[gi], (kdtype)dt,
+						(gi + dt) & 1, dt == 0 ? 1.0f : dt == 1 ? 100.0f : 1e-3f);
+	test_resid_fuse(R, 300, 4096, 4, 64, KDT_F16, 0, 1.0f);
+	test_resid_fuse(R, 130, 14336, 4, 64, KDT_BF16, 1, 3.0f);
+	test_resid_fuse(R, 64, 2048, 8, 128, KDT_F32, 0, 0.5f);
+}
+
 /* Every decode-matvec case under one kc_matvec_impl (the streaming
  * kernel k_matvec_cp with 4 and 8 warps per block, or the split kernel):
  * every bits x group x scale dtype it takes, alone, three matrices in one
@@ -874,22 +872,15 @@ static void test_matvec_impl(const kernel_table *R, int impl)
 	test_linear_glu(R, 32800, 256, 4, 32, KDT_BF16, 0);
 	test_linear_glu(R, 8200, 512, 8, 64, KDT_F32, 1);
 	test_linear_glu(R, 700, 14336, 4, 64, KDT_F16, 0);
-	for (int bi = 0; bi < 2; bi++)
-		for (int gi = 0; gi < 3; gi++)
-			for (int dt = 0; dt < KDT_COUNT; dt++)
-				test_resid_fuse(R, bi ? 77 : 200, 1536 + groups[gi], 4 + 4 * bi, groups[gi], (kdtype)dt,
-						(gi + dt) & 1, dt == 0 ? 1.0f : dt == 1 ? 100.0f : 1e-3f);
-	test_resid_fuse(R, 300, 4096, 4, 64, KDT_F16, 0, 1.0f);
-	test_resid_fuse(R, 130, 14336, 4, 64, KDT_BF16, 1, 3.0f);
-	test_resid_fuse(R, 64, 2048, 8, 128, KDT_F32, 0, 0.5f);
+	test_resid_fuses(R);
 	test_resid_fuse(R, 100003, 256, 4, 64, KDT_F16, 0, 1.0f);
 	test_resid_fuse(R, 16, 512, 4, 32, KDT_BF16, 1, 2.0f);
 	static const int xcols[] = {2048, 4096, 14336};
 	for (int ci = 0; ci < 3; ci++)
 		for (int gi = 0; gi < 3; gi++)
-			test_matvec_xedge(R, 77, xcols[ci], 4, groups[gi], (kdtype)((ci + gi) % KDT_COUNT));
-	test_matvec_xedge(R, 100003, 2048, 4, 64, KDT_F16);
-	test_matvec_xedge(R, 77, 4096, 8, 64, KDT_BF16);
+			test_matvec_x(R, 77, xcols[ci], 4, groups[gi], (kdtype)((ci + gi) % KDT_COUNT), 1);
+	test_matvec_x(R, 100003, 2048, 4, 64, KDT_F16, 1);
+	test_matvec_x(R, 77, 4096, 8, 64, KDT_BF16, 1);
 	kc_matvec_impl(0);
 }
 
@@ -965,19 +956,9 @@ int main(int argc, char **argv)
 		test_linear_glu(R, 32800, 256, 4, 32, KDT_BF16, 0);
 		test_linear_glu(R, 8200, 512, 8, 64, KDT_F32, 1);
 	}
-	/* the residual fusions: every bits x group x scale dtype they take
-	 * (rows 200 and 77: partial row tiles; a partial last block of 512
-	 * columns), x large and small, (1 + w); real widths (the 8B hidden
-	 * 4096, the down projection's 14336); lm_head-like launches (many
+	/* the residual fusions, then lm_head-like launches of them (many
 	 * tiles per block; k_matvec_wt under impl 3) */
-	for (int bi = 0; bi < 2; bi++)
-		for (int gi = 0; gi < 3; gi++)
-			for (int dt = 0; dt < KDT_COUNT; dt++)
-				test_resid_fuse(R, bi ? 77 : 200, 1536 + groups[gi], 4 + 4 * bi, groups[gi], (kdtype)dt,
-						(gi + dt) & 1, dt == 0 ? 1.0f : dt == 1 ? 100.0f : 1e-3f);
-	test_resid_fuse(R, 300, 4096, 4, 64, KDT_F16, 0, 1.0f);
-	test_resid_fuse(R, 130, 14336, 4, 64, KDT_BF16, 1, 3.0f);
-	test_resid_fuse(R, 64, 2048, 8, 128, KDT_F32, 0, 0.5f);
+	test_resid_fuses(R);
 	for (int impl = 3; impl >= 0; impl -= 3) {
 		kc_matvec_impl(impl);
 		test_resid_fuse(R, 100003, 256, 4, 64, KDT_F16, 0, 1.0f);
