@@ -2405,12 +2405,6 @@ static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &
 /* k_matvec_i8 (4 bits) for this launch: 1 when its staged x does not fit
  * (then k_matvec_mma takes it: it takes every launch mq_ok allows), else 0
  * (launched) or -1. One block per row tile, as k_matvec_mma. */
-template <class S, int CPG, int NM, int NORM>
-static int mi_launch_g(const mv_args &a, const float *x, size_t smem)
-{
-	return mq_launch_split(k_matvec_i8<S, CPG, NM, NORM>, a, x, smem);
-}
-
 template <class S, int NM, int NORM>
 static int mi_launch(const mv_args &a, const float *x)
 {
@@ -2418,9 +2412,9 @@ static int mi_launch(const mv_args &a, const float *x)
 	if (smem > MQ_SMEM_MAX)
 		return 1;
 	switch (a.group) {
-	case 32: return mi_launch_g<S, 0, NM, NORM>(a, x, smem);
-	case 64: return mi_launch_g<S, 1, NM, NORM>(a, x, smem);
-	default: return mi_launch_g<S, 2, NM, NORM>(a, x, smem);
+	case 32: return mq_launch_split(k_matvec_i8<S, 0, NM, NORM>, a, x, smem);
+	case 64: return mq_launch_split(k_matvec_i8<S, 1, NM, NORM>, a, x, smem);
+	default: return mq_launch_split(k_matvec_i8<S, 2, NM, NORM>, a, x, smem);
 	}
 }
 
@@ -2616,10 +2610,15 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
  * more instructions per mma. */
 #define TG_DEFAULT_IMPL 6
+static int tg_impl(void)
+{
+	return g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
+}
+
 template <int BITS, class S>
 static int tg_launch(const tg_mats &M, int tiles, const tg_x &x)
 {
-	const int impl = g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
+	const int impl = tg_impl();
 	if (impl == 6 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 1>(M, tiles, x);
 	if (impl == 5 && x.cols % 64 == 0)
@@ -2648,7 +2647,7 @@ static int tg_dispatch(int bits, const tg_mats &M, int tiles, const tg_x &x)
  * 13's way, for A/B). */
 static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const float *const *bias, float *const *y)
 {
-	if ((g_gemm_impl == 3 || (!g_gemm_impl && TG_DEFAULT_IMPL == 3)) && count > 1) {
+	if (tg_impl() == 3 && count > 1) {
 		for (int i = 0; i < count; i++)
 			if (tg_run(1, ms + i, x, bias ? bias + i : NULL, y + i))
 				return -1;
