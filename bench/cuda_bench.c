@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/cuda/impl_env.h"
 #include "worker/forward_cuda.h"
 
 typedef struct {
@@ -522,26 +523,7 @@ int main(int argc, char **argv)
 	}
 	if ((mv_only || gemm || att) && !nmodels)
 		return 0;
-	const char *ai = getenv("ATT_IMPL"); /* the models under another attention impl (kc_attention_impl) */
-	if (ai) {
-		kc_attention_impl(atoi(ai));
-		printf("attention impl %d\n", atoi(ai));
-	}
-	const char *mi = getenv("MV_IMPL"); /* the models under kc_matvec_impl (2: the split kernel of run 24) */
-	if (mi) {
-		kc_matvec_impl(atoi(mi));
-		printf("matvec impl %d\n", atoi(mi));
-	}
-	const char *gi = getenv("GEMM_IMPL"); /* the models under another GEMM impl (kc_gemm_impl) */
-	if (gi) {
-		kc_gemm_impl(atoi(gi));
-		printf("gemm impl %d\n", atoi(gi));
-	}
-	const char *ri = getenv("RESID_IMPL"); /* the models under kc_residual_impl (1: separate add + norm) */
-	if (ri) {
-		kc_residual_impl(atoi(ri));
-		printf("residual impl %d\n", atoi(ri));
-	}
+	impls_from_env(); /* the models under other kernel variants (tests/cuda/impl_env.h) */
 	result res[3];
 	int done[3] = {0, 0, 0};
 	for (int k = 0; k < 3; k++) {

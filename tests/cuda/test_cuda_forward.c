@@ -14,7 +14,8 @@
  * fused qkv, partial rotation, dense weights) over several bits x group x
  * scale dtype, one with the bits mixed by layer (the decode residual
  * fusions on one side of a residual step). `make cuda-test`; exits 2
- * without a device. RESID_IMPL=1: under kc_residual_impl(1) (no fusion).
+ * without a device. ATT_IMPL, MV_IMPL, GEMM_IMPL, RESID_IMPL: under other
+ * kernel variants (tests/cuda/impl_env.h; RESID_IMPL=1: no fusion).
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "common/json.h"
+#include "tests/cuda/impl_env.h"
 #include "tests/test_rng.h"
 #include "worker/forward_cuda.h"
 #include "worker/model.h"
@@ -410,18 +412,7 @@ int main(int argc, char **argv)
 	}
 	if (kc_init(0))
 		die("kc_init");
-	if (getenv("GEMM_IMPL")) { /* the prefill GEMM variant under test (kc_gemm_impl) */
-		kc_gemm_impl(atoi(getenv("GEMM_IMPL")));
-		printf("gemm impl %d\n", kc_gemm_impl(-1));
-	}
-	if (getenv("MV_IMPL")) { /* the decode matvec variant under test (kc_matvec_impl) */
-		kc_matvec_impl(atoi(getenv("MV_IMPL")));
-		printf("matvec impl %d\n", kc_matvec_impl(-1));
-	}
-	if (getenv("RESID_IMPL")) {
-		kc_residual_impl(atoi(getenv("RESID_IMPL")));
-		printf("residual impl %d\n", kc_residual_impl(-1));
-	}
+	impls_from_env(); /* the kernel variants under test (tests/cuda/impl_env.h) */
 	for (int i = 1; i < argc; i++)
 		check_fixture(argv[i]);
 	for (size_t i = 0; i < sizeof(synths) / sizeof(synths[0]); i++) {

@@ -1,0 +1,34 @@
+/* tests/cuda/impl_env.h — the kernel-variant switches of the GPU tests and
+ * cuda-bench, read from the environment: ATT_IMPL, MV_IMPL, GEMM_IMPL and
+ * RESID_IMPL set kc_attention_impl, kc_matvec_impl, kc_gemm_impl and
+ * kc_residual_impl (kernels/cuda/kcuda.h) before anything runs; each one
+ * set is printed. For A/B comparisons only: mlxr itself reads none. */
+#ifndef MLXR_TESTS_CUDA_IMPL_ENV_H
+#define MLXR_TESTS_CUDA_IMPL_ENV_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/kcuda.h"
+
+static inline void impls_from_env(void)
+{
+	static const struct {
+		const char *env, *what;
+		int (*set)(int);
+	} t[] = {
+		{"ATT_IMPL", "attention", kc_attention_impl},
+		{"MV_IMPL", "matvec", kc_matvec_impl},
+		{"GEMM_IMPL", "gemm", kc_gemm_impl},
+		{"RESID_IMPL", "residual", kc_residual_impl},
+	};
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		const char *v = getenv(t[i].env);
+		if (v) {
+			t[i].set(atoi(v));
+			printf("%s impl %d\n", t[i].what, t[i].set(-1));
+		}
+	}
+}
+
+#endif
