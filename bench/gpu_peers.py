@@ -33,6 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import mk_random_mlx  # noqa: E402
+import models  # noqa: E402
 
 ENGINES = ["mlxr", "llama.cpp", "mlx-lm"]
 
@@ -62,7 +63,7 @@ def bytes_per_token(s):
     q4 g64 with f16 scale+bias = Q4_0), the output layer once, norms f32/f16
     ignored (< 0.01%); the embedding row is negligible."""
     n = 0
-    for mname, _, kind, (rows, *cols) in mk_random_mlx.layout(s):
+    for mname, _, (rows, *cols), kind in models.tensors(s):
         if kind != "mat" or (mname == "model.embed_tokens" and not s["tie_word_embeddings"]):
             continue
         n += rows * cols[0] * 9 // 16

@@ -25,6 +25,8 @@ import struct
 
 import numpy as np
 
+import models  # models.tensors: the tensor list of a shape, shared with the CPU bench
+
 # Real configurations (Hugging Face config.json); "tie" = tied embeddings.
 SHAPES = {
     "smollm2-135m": dict(model_type="llama", hidden_size=576, num_hidden_layers=30, intermediate_size=1536,
@@ -47,35 +49,10 @@ BITS, GS = 4, 64
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
 
 
-def layout(s):
-    """(mlx name, gguf name, kind, shape) of every tensor; kind 'mat' (out, in) or 'norm' (n,)."""
-    H, I, hd = s["hidden_size"], s["intermediate_size"], s["head_dim"]
-    qd, kvd = s["num_attention_heads"] * hd, s["num_key_value_heads"] * hd
-    out = [("model.embed_tokens", "token_embd", "mat", (s["vocab_size"], H))]
-    for l in range(s["num_hidden_layers"]):
-        p, g = f"model.layers.{l}.", f"blk.{l}."
-        out += [(p + "input_layernorm", g + "attn_norm", "norm", (H,)),
-                (p + "self_attn.q_proj", g + "attn_q", "mat", (qd, H)),
-                (p + "self_attn.k_proj", g + "attn_k", "mat", (kvd, H)),
-                (p + "self_attn.v_proj", g + "attn_v", "mat", (kvd, H)),
-                (p + "self_attn.o_proj", g + "attn_output", "mat", (H, qd))]
-        if s["model_type"] == "qwen3":
-            out += [(p + "self_attn.q_norm", g + "attn_q_norm", "norm", (hd,)),
-                    (p + "self_attn.k_norm", g + "attn_k_norm", "norm", (hd,))]
-        out += [(p + "post_attention_layernorm", g + "ffn_norm", "norm", (H,)),
-                (p + "mlp.gate_proj", g + "ffn_gate", "mat", (I, H)),
-                (p + "mlp.up_proj", g + "ffn_up", "mat", (I, H)),
-                (p + "mlp.down_proj", g + "ffn_down", "mat", (H, I))]
-    out.append(("model.norm", "output_norm", "norm", (H,)))
-    if not s["tie_word_embeddings"]:
-        out.append(("lm_head", "output", "mat", (s["vocab_size"], H)))
-    return out
-
-
 def write_mlx(out, s, rng):
     """model.safetensors streamed tensor by tensor (an 8B shape never sits in memory whole)."""
     entries = []  # (name, dtype, shape, maker)
-    for mname, _, kind, shp in layout(s):
+    for mname, _, shp, kind in models.tensors(s):
         if kind == "norm":
             entries.append((mname + ".weight", "F16", list(shp), lambda n=shp[0]: np.ones(n, dtype=np.float16)))
             continue
@@ -172,7 +149,7 @@ def write_gguf(path, s, rng):
            ("tokenizer.ggml.bos_token_id", T_U32, 1), ("tokenizer.ggml.eos_token_id", T_U32, 2),
            ("tokenizer.ggml.unknown_token_id", T_U32, 0), ("tokenizer.ggml.add_bos_token", T_BOOL, False)]
     tensors, off = [], 0
-    for _, gname, kind, shp in layout(s):
+    for _, gname, shp, kind in models.tensors(s):
         if kind == "norm":
             n, typ = 4 * shp[0], GGML_F32
         else:

@@ -105,7 +105,8 @@ def tensors(cfg):
                 (p + "mlp.up_proj", g + "ffn_up", (I, H), "mat"),
                 (p + "mlp.down_proj", g + "ffn_down", (H, I), "mat")]
     out.append(("model.norm", "output_norm", (H,), "norm"))
-    assert cfg["tie_word_embeddings"], "untied shapes would add lm_head / output"
+    if not cfg["tie_word_embeddings"]:
+        out.append(("lm_head", "output", (V, H), "mat"))
     return out
 
 
