@@ -25,10 +25,14 @@
  *                              alone (chunk and tiled kernels, n = 512, 4096)
  *   build/cuda-bench att ...   instead of the matvec table: decode attention
  *                              alone (chunk and split kernels, 8B/1B heads,
- *                              contexts 17 and 4096)
+ *                              contexts 17 and 4096; the split kernel after
+ *                              the RoPE + KV append launch, and with them
+ *                              inside it: kc_qk_rope_attention)
  *   ATT_IMPL=3                 the models on run 22's split kernel (4:
  *                              without the pipelined loads)
  *   ATT_IMPL=i                 the models under kc_attention_impl(i)
+ *   ROPE_IMPL=1                the models with the decode step's RoPE + KV
+ *                              append as its own launch (kc_rope_impl)
  *   RESID_IMPL=i               the models under kc_residual_impl(i) (1: the
  *                              separate add + RMSNorm launches)
  *   MV_IMPL=i                  the models under kc_matvec_impl(i) (2: the
@@ -318,7 +322,9 @@ static void bench_matvec(double bw)
  * size), 32 launches captured as one graph over 4 cache copies (145 MB for
  * 8B: the 4K rows are not all in L2), per attention impl (1 the chunk
  * kernels k_attn_dec + merge, 3 run 22's split kernel, 4 the split kernel
- * without its pipelined loads, 0 the split kernel, 2 with twice its blocks);
+ * without its pipelined loads, 0 the split kernel, 2 with twice its blocks;
+ * then under 0 the q/k RoPE + KV append launch and the split kernel, and
+ * the split kernel doing both: kc_qk_rope_attention, kc_rope_impl 1 and 0);
  * median of 5 replays. */
 static void bench_att_dec(void)
 {
@@ -328,15 +334,19 @@ static void bench_att_dec(void)
 	} hs[] = {{"8B 32/8 x 128", 32, 8, 128}, {"1B 32/8 x 64", 32, 8, 64}};
 	static const int ctxs[2] = {17, 4096}, impls[5] = {1, 3, 4, 0, 2};
 	const int maxk = 4416, C = 4, L = 32;
-	printf("\n%-22s %6s %10s %10s %10s %10s %10s  (decode attention alone, us per call)\n", "attention n=1",
-	       "ctx", "chunk", "split r22", "no pipe", "split", "split x2");
+	printf("\n%-22s %6s %10s %10s %10s %10s %10s %10s %10s  (decode attention alone, us per call)\n",
+	       "attention n=1", "ctx", "chunk", "split r22", "no pipe", "split", "split x2", "rope;split", "rope+split");
 	for (int hi = 0; hi < 2; hi++) {
 		const int nh = hs[hi].nh, nkv = hs[hi].nkv, hd = hs[hi].hd;
 		size_t cn = (size_t)maxk * nkv * hd, qn = (size_t)nh * hd, scb = kc_attention_scratch(1, nh, hd, maxk);
 		float *k[C], *v[C], *q = kc_malloc(qn * 4), *o = kc_malloc(qn * 4);
+		float *kn = kc_malloc((size_t)nkv * hd * 4), *vn = kc_malloc((size_t)nkv * hd * 4);
+		float *inv = kc_malloc((size_t)hd / 2 * 4);
 		void *sc = kc_malloc(scb);
 		int *dpos = kc_malloc(sizeof(int));
-		if (!q || !o || !sc || !dpos || kc_fill_uniform(q, qn, -1, 1, 3))
+		if (!q || !o || !kn || !vn || !inv || !sc || !dpos || kc_fill_uniform(q, qn, -1, 1, 3) ||
+		    kc_fill_uniform(kn, (size_t)nkv * hd, -1, 1, 4) || kc_fill_uniform(vn, (size_t)nkv * hd, -1, 1, 5) ||
+		    kc_fill_uniform(inv, (size_t)hd / 2, 0, 1, 6))
 			die("attention buffers");
 		for (int c = 0; c < C; c++)
 			if (!(k[c] = kc_malloc(cn * 4)) || !(v[c] = kc_malloc(cn * 4)) ||
@@ -358,8 +368,25 @@ static void bench_att_dec(void)
 						die("attention");
 				us[ii] = replay_median_s(L, "attention run") * 1e6;
 			}
-			printf("%-22s %6d %10.2f %10.2f %10.2f %10.2f %10.2f\n", hs[hi].name, ctxs[ci], us[0], us[1],
-			       us[2], us[3], us[4]);
+			/* q/k RoPE + KV append, then attention (kc_qk_rope_attention):
+			 * two launches (kc_rope_impl(1)), one (0) */
+			double ur[2];
+			kc_attention_impl(0);
+			for (int ri = 0; ri < 2; ri++) {
+				kc_rope_impl(1 - ri);
+				for (int l = 0; l <= L; l++) {
+					if (l == 1 && (kc_sync() || kc_capture_begin()))
+						die("rope attention warm-up");
+					if (kc_qk_rope_attention(q, kn, vn, 1, nh, nkv, hd, hd, dpos, inv, 1.0f, NULL, NULL,
+								 1e-5f, 0, k[l % C], v[l % C], o, 0.088f, 0, 0.0f, maxk,
+								 sc))
+						die("rope attention");
+				}
+				ur[ri] = replay_median_s(L, "rope attention run") * 1e6;
+			}
+			kc_rope_impl(0);
+			printf("%-22s %6d %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n", hs[hi].name, ctxs[ci],
+			       us[0], us[1], us[2], us[3], us[4], ur[0], ur[1]);
 		}
 		for (int c = 0; c < C; c++) {
 			kc_free(k[c]);
@@ -367,6 +394,9 @@ static void bench_att_dec(void)
 		}
 		kc_free(q);
 		kc_free(o);
+		kc_free(kn);
+		kc_free(vn);
+		kc_free(inv);
 		kc_free(sc);
 		kc_free(dpos);
 	}

@@ -333,12 +333,11 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 			       : kc_linear_multi(3, ms, s->xb, n, bs, ys))
 				return -1;
 		}
-		if (kc_qk_rope_append(q, k, v, n, nh, nkv, hd, c->rot_dim, s->d_pos, inv_freq, c->rope_mscale,
-				      c->qk_norm ? L->q_norm : NULL, c->qk_norm ? L->k_norm : NULL, c->eps, one, kc,
-				      vc))
-			return -1;
-		if (kc_attention(q, kc, vc, s->att, n, s->d_pos, nh, nkv, hd, c->attn_scale,
-				 c->sliding[l] ? c->window : 0, c->attn_softcap, s->ctx, s->att_scratch))
+		/* q/k norm, RoPE, KV append, attention: one launch when decoding */
+		if (kc_qk_rope_attention(q, k, v, n, nh, nkv, hd, c->rot_dim, s->d_pos, inv_freq, c->rope_mscale,
+					 c->qk_norm ? L->q_norm : NULL, c->qk_norm ? L->k_norm : NULL, c->eps, one, kc,
+					 vc, s->att, c->attn_scale, c->sliding[l] ? c->window : 0, c->attn_softcap,
+					 s->ctx, s->att_scratch))
 			return -1;
 		if (residual_step(g, s, &L->o, s->att, L->o_bias, c->sandwich ? L->post_attn_norm : NULL, L->ffn_norm,
 				  n, gn))

@@ -26,7 +26,8 @@
  *                    up to 3 matrices sharing x (q/k/v, gate/up) in one launch
  *   k_gemm           prefill, dense weights (and kc_gemm_impl(1)): SIMT,
  *                    64x64 output tile
- *   k_qk_rope_append per-head q/k norm + RoPE + KV-cache append
+ *   k_qk_rope_append per-head q/k norm + RoPE + KV-cache append (decode:
+ *                    inside k_attn_split, kc_qk_rope_attention)
  *   k_attn_flash     prefill attention (n >= 16): 64 (query, head) rows of
  *                    one kv head per block, K/V tiles in shared memory
  *   k_attn_chunk     attention over one chunk of keys for one GQA group,
@@ -3105,7 +3106,33 @@ extern "C" int kc_add_rmsnorm(float *x, float *r, const float *post_w, const flo
 }
 
 /* ---- q/k norm + RoPE + KV append ----
- * grid (n, nh + nkv), block = head_dim rounded up to 32. Block y < nh is a
+ * The per-element math, shared with the decode attention kernel
+ * (k_attn_split with as_rope: kc_qk_rope_attention) so both give the same
+ * bits: the normed value x * (1 / sqrt(mean x^2 + eps)) * (w + one); the
+ * pair (d, d + half) of a rotation with c = cos(pos * f) * mscale, s =
+ * sin(pos * f) * mscale: x[d] c - x[d + half] s and x[d] s + x[d + half] c. */
+static __device__ __forceinline__ float qk_normed(float x, float inv, float w, float one)
+{
+	return x * inv * (w + one);
+}
+
+static __device__ __forceinline__ float2 rope_cs(int pos, float f, float mscale)
+{
+	const float th = (float)pos * f;
+	return make_float2(cosf(th) * mscale, sinf(th) * mscale);
+}
+
+static __device__ __forceinline__ float rope_lo(float lo, float hi, float2 cs)
+{
+	return lo * cs.x - hi * cs.y;
+}
+
+static __device__ __forceinline__ float rope_hi(float lo, float hi, float2 cs)
+{
+	return lo * cs.y + hi * cs.x;
+}
+
+/* grid (n, nh + nkv), block = head_dim rounded up to 32. Block y < nh is a
  * q head (rotated in place); else a kv head: k rotated into the cache row,
  * v copied into the cache row. */
 __global__ void k_qk_rope_append(float *q, float *k, const float *v, int nh, int nkv, int hd, int rot_dim,
@@ -3127,22 +3154,17 @@ __global__ void k_qk_rope_append(float *q, float *k, const float *v, int nh, int
 		float ss = block_sum(val * val, sh);
 		float inv = 1.0f / sqrtf(ss / (float)hd + eps);
 		if (d < hd)
-			val = val * inv * (nw[d] + one);
+			val = qk_normed(val, inv, nw[d], one);
 	}
 	if (d < hd)
 		xs[d] = val;
 	__syncthreads();
 	int half = rot_dim / 2;
 	float o = val;
-	if (d < half) {
-		float th = (float)pos * inv_freq[d];
-		float c = cosf(th) * mscale, s = sinf(th) * mscale;
-		o = xs[d] * c - xs[d + half] * s;
-	} else if (d < rot_dim) {
-		float th = (float)pos * inv_freq[d - half];
-		float c = cosf(th) * mscale, s = sinf(th) * mscale;
-		o = xs[d - half] * s + xs[d] * c;
-	}
+	if (d < half)
+		o = rope_lo(xs[d], xs[d + half], rope_cs(pos, inv_freq[d], mscale));
+	else if (d < rot_dim)
+		o = rope_hi(xs[d - half], xs[d], rope_cs(pos, inv_freq[d - half], mscale));
 	if (d >= hd)
 		return;
 	if (isq) {
@@ -3766,9 +3788,27 @@ template <int NPL> static __device__ __forceinline__ int as_dim(int lane, int e)
 	return NPL >= 4 ? (e >> 2) * 128 + lane * 4 + (e & 3) : lane * NPL + e;
 }
 
-template <int NPL> static __device__ __forceinline__ void as_row(float (&r)[NPL], const float *row, int lane)
+/* lane's NPL dims of a row (as_dim): through the read-only path (__ldg), or
+ * SH: plain loads (shared memory) */
+template <int NPL, bool SH = false>
+static __device__ __forceinline__ void as_row(float (&r)[NPL], const float *row, int lane)
 {
-	if constexpr (NPL >= 4) {
+	if constexpr (SH && NPL >= 4) {
+#pragma unroll
+		for (int v = 0; v < NPL / 4; v++) {
+			float4 t = *reinterpret_cast<const float4 *>(row + v * 128 + lane * 4);
+			r[4 * v] = t.x;
+			r[4 * v + 1] = t.y;
+			r[4 * v + 2] = t.z;
+			r[4 * v + 3] = t.w;
+		}
+	} else if constexpr (SH && NPL == 2) {
+		float2 t = *reinterpret_cast<const float2 *>(row + lane * 2);
+		r[0] = t.x;
+		r[1] = t.y;
+	} else if constexpr (SH) {
+		r[0] = row[lane];
+	} else if constexpr (NPL >= 4) {
 #pragma unroll
 		for (int v = 0; v < NPL / 4; v++) {
 			float4 t = __ldg(reinterpret_cast<const float4 *>(row + v * 128 + lane * 4));
@@ -3798,14 +3838,20 @@ template <int O> static __device__ __forceinline__ void as_rs_step(float (&v)[32
 }
 
 /* the KT K and V rows of the tile at key jb (keys past p zero): 2 x KT
- * vector loads per lane, none waited on here */
+ * vector loads per lane, none waited on here. Key pf (p when the kernel
+ * appends this step's row itself, else -1) from shared memory: knew, vnew
+ * (its cache row is written by this launch; nothing here reads it) */
 template <int NPL, int KT>
 static __device__ __forceinline__ void as_load(float (&kr)[KT][NPL], float (&vr)[KT][NPL], const float *kb,
-					       const float *vb, size_t rs, int jb, int p, int lane)
+					       const float *vb, size_t rs, int jb, int p, int pf, const float *knew,
+					       const float *vnew, int lane)
 {
 #pragma unroll
 	for (int k = 0; k < KT; k++) {
-		if (jb + k <= p) {
+		if (jb + k == pf) {
+			as_row<NPL, true>(kr[k], knew, lane);
+			as_row<NPL, true>(vr[k], vnew, lane);
+		} else if (jb + k <= p) {
 			as_row<NPL>(kr[k], kb + (size_t)(jb + k) * rs, lane);
 			as_row<NPL>(vr[k], vb + (size_t)(jb + k) * rs, lane);
 		} else {
@@ -3912,6 +3958,120 @@ static __device__ __forceinline__ void as_tile(const float (&kr)[32 / GP][NPL], 
 	}
 }
 
+/* The decode step's q/k norm + RoPE + KV append inside k_attn_split
+ * (kc_qk_rope_attention, run 32): k_qk_rope_append's work without its
+ * launch. k == nullptr: not this (q already rotated, row p of the caches
+ * written by k_qk_rope_append). */
+struct as_rope {
+	const float *k, *v;                      /* [nkv][hd]: this token's k and v, before norm and RoPE */
+	float *kc, *vc;                          /* the caches [ctx][nkv][hd]: row p written here */
+	const float *inv_freq, *q_norm, *k_norm; /* [rot_dim / 2], [hd], [hd]; norms NULL: none */
+	float mscale, eps, one;
+	int rot_dim;
+};
+
+/* lane's dims d of row x (normed, not rotated) rotated: the pair of d is
+ * d +- half, its (cos, sin) cs[d % half]; dims >= rot_dim unchanged */
+static __device__ __forceinline__ float as_rot(const float *x, int d, int half, const float2 *cs)
+{
+	if (d < half)
+		return rope_lo(x[d], x[d + half], cs[d]);
+	if (d < 2 * half)
+		return rope_hi(x[d - half], x[d], cs[d - half]);
+	return x[d];
+}
+
+/* The prologue of a k_attn_split block under as_rope: sq = the rep q rows
+ * of kv head kh normed and rotated; the last block with keys (last: it
+ * holds key p) also norms and rotates this token's k and leaves k and v in
+ * knew / vnew (for as_load) and in cache row p. A warp per row (item: the
+ * q heads, then k), lane's dims 32 j + lane (conflict-free shared
+ * accesses); every global load (the rows, v, inv_freq) is issued first.
+ * The sum of squares as block_sum forms it in k_qk_rope_append (a warp sum
+ * per 32 dims, then the sum of those over a warp, in the same order), the
+ * rest by the same helpers: the same bits. cs: (cos, sin) [rot_dim / 2]
+ * (a work area: free after the second barrier, which ends this). */
+template <int NPL, int GP>
+static __device__ __forceinline__ void as_prep(const as_rope &rp, const float *q, float *sq, float2 *cs,
+					       float *knew, float *vnew, int h0, int rep, int kh, int nkv, int p,
+					       bool last, int lane, int wid)
+{
+	constexpr int HD = 32 * NPL, MI = (GP + AS_WARPS) / AS_WARPS; /* rows per warp at most (rep + 1) */
+	const int half = rp.rot_dim / 2, items = rep + (last ? 1 : 0);
+	const bool vw = last && wid == rep % AS_WARPS; /* the warp of the k row also copies v */
+	const size_t row = ((size_t)p * nkv + kh) * HD;
+	/* half <= HD / 2 <= 128 = blockDim.x: one frequency per thread */
+	const float f = (int)threadIdx.x < half ? rp.inv_freq[threadIdx.x] : 0.0f;
+	float x[MI][NPL], vv[NPL];
+#pragma unroll
+	for (int i = 0; i < MI; i++) {
+		const int it = wid + i * AS_WARPS;
+		if (it < items) {
+			const float *src = it == rep ? rp.k + (size_t)kh * HD : q + (size_t)(h0 + it) * HD;
+#pragma unroll
+			for (int j = 0; j < NPL; j++)
+				x[i][j] = src[32 * j + lane];
+		}
+	}
+	if (vw)
+#pragma unroll
+		for (int j = 0; j < NPL; j++)
+			vv[j] = rp.v[(size_t)kh * HD + 32 * j + lane];
+#pragma unroll
+	for (int i = 0; i < MI; i++) {
+		const int it = wid + i * AS_WARPS;
+		if (it < items) {
+			const float *nw = it == rep ? rp.k_norm : rp.q_norm;
+			float *dst = it == rep ? knew : sq + it * HD;
+			if (nw) {
+				float v = 0.0f;
+#pragma unroll
+				for (int j = 0; j < NPL; j++) {
+					const float sj = warp_sum(x[i][j] * x[i][j]);
+					if (lane == j)
+						v = sj;
+				}
+				const float inv = 1.0f / sqrtf(warp_sum(v) / (float)HD + rp.eps);
+#pragma unroll
+				for (int j = 0; j < NPL; j++)
+					x[i][j] = qk_normed(x[i][j], inv, nw[32 * j + lane], rp.one);
+			}
+#pragma unroll
+			for (int j = 0; j < NPL; j++)
+				dst[32 * j + lane] = x[i][j];
+		}
+	}
+	if ((int)threadIdx.x < half)
+		cs[threadIdx.x] = rope_cs(p, f, rp.mscale);
+	if (vw)
+#pragma unroll
+		for (int j = 0; j < NPL; j++) {
+			vnew[32 * j + lane] = vv[j];
+			rp.vc[row + 32 * j + lane] = vv[j];
+		}
+	__syncthreads();
+	/* rotate each row in place: every lane reads its pairs, then writes */
+#pragma unroll
+	for (int i = 0; i < MI; i++) {
+		const int it = wid + i * AS_WARPS;
+		if (it < items) {
+			float *r = it == rep ? knew : sq + it * HD;
+#pragma unroll
+			for (int j = 0; j < NPL; j++)
+				x[i][j] = as_rot(r, 32 * j + lane, half, cs);
+			__syncwarp();
+#pragma unroll
+			for (int j = 0; j < NPL; j++)
+				r[32 * j + lane] = x[i][j];
+			if (it == rep)
+#pragma unroll
+				for (int j = 0; j < NPL; j++)
+					rp.kc[row + 32 * j + lane] = x[i][j];
+		}
+	}
+	__syncthreads();
+}
+
 /* VER 2 (run 25; the default): (1) the next tile's K/V loads are issued
  * before the current tile's arithmetic (two register buffers, for head_dim
  * <= 128: at 256 the second buffer would not fit in 255 registers), so a
@@ -3933,16 +4093,18 @@ template <int NPL, int GP, int VER>
 __global__ void __launch_bounds__(32 * AS_WARPS)
 	k_attn_split(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
 		     float *__restrict__ out, float *__restrict__ part, int nh, int nkv, float scale, int window,
-		     float softcap, const int *d_pos)
+		     float softcap, const int *d_pos, as_rope rp)
 {
 	pdl_trigger();
 	pdl_wait();
 	constexpr int HD = 32 * NPL, KT = 32 / GP, PS = HD + 4; /* partial: m, l, 2 pad, acc (16-byte aligned) */
 	constexpr bool V2 = VER >= 1, PIPE = VER == 2 && NPL <= 4;
 	__shared__ float s_m[AS_WARPS][GP], s_l[AS_WARPS][GP], s_L[GP];
-	__shared__ float s_acc[AS_WARPS][GP][HD];
+	__shared__ __align__(16) float s_acc[AS_WARPS][GP][HD]; /* as_rope: as_prep's work area first */
 	__shared__ float s_w[GP][AS_SMAX];
 	__shared__ __align__(16) float s_p[AS_WARPS][2][V2 ? 32 + GP : 4];
+	__shared__ __align__(16) float s_new[2][HD]; /* as_rope: key p's k and v rows */
+	__shared__ __align__(16) float s_q[GP][HD];  /* as_rope: the q rows, normed and rotated */
 	__shared__ bool s_last;
 	const int kh = blockIdx.y, S = gridDim.x, rep = nh / nkv, h0 = kh * rep;
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -3953,36 +4115,69 @@ __global__ void __launch_bounds__(32 * AS_WARPS)
 	if ((int)blockIdx.x >= nb) /* no keys for this block at this position */
 		return;
 	const int w = blockIdx.x * AS_WARPS + wid;
+	const int t0 = w < nw ? (int)((long long)w * nt / nw) : 0, t1 = w < nw ? (int)((long long)(w + 1) * nt / nw) : 0;
+	const size_t rs = (size_t)nkv * HD;
+	const float *kb = kc + (size_t)kh * HD, *vb = vc + (size_t)kh * HD;
 	float qr[GP][NPL], acc[GP][NPL];
+	/* PIPE: the first tile's loads go out before anything else (under
+	 * as_rope without key p, which the prologue makes: patched in after) */
+	[[maybe_unused]] float ka[KT][NPL], va[KT][NPL];
+	if constexpr (PIPE)
+		if (w < nw)
+			as_load<NPL, KT>(ka, va, kb, vb, rs, lo + t0 * KT, rp.k ? p - 1 : p, -1, s_new[0], s_new[1], lane);
+	int pf = -1; /* as_load: the key taken from s_new */
+	if (rp.k) {
+		as_prep<NPL, GP>(rp, q, &s_q[0][0], reinterpret_cast<float2 *>(&s_acc[0][0][0]), s_new[0], s_new[1],
+				 h0, rep, kh, nkv, p, (int)blockIdx.x == nb - 1, lane, wid);
+		pf = p;
 #pragma unroll
-	for (int g = 0; g < GP; g++) {
-		if (g < rep)
-			as_row<NPL>(qr[g], q + (size_t)(h0 + g) * HD, lane);
-		else
+		for (int g = 0; g < GP; g++) {
+			if (g < rep)
+				as_row<NPL, true>(qr[g], s_q[g], lane);
+			else
 #pragma unroll
-			for (int e = 0; e < NPL; e++)
-				qr[g][e] = 0.0f;
+				for (int e = 0; e < NPL; e++)
+					qr[g][e] = 0.0f;
+		}
+		if constexpr (PIPE)
+			if (w < nw && t0 == nt - 1) /* the first tile is the one holding key p */
+#pragma unroll
+				for (int k = 0; k < KT; k++)
+					if (lo + t0 * KT + k == p) {
+						as_row<NPL, true>(ka[k], s_new[0], lane);
+						as_row<NPL, true>(va[k], s_new[1], lane);
+					}
+	} else {
+#pragma unroll
+		for (int g = 0; g < GP; g++) {
+			if (g < rep)
+				as_row<NPL>(qr[g], q + (size_t)(h0 + g) * HD, lane);
+			else
+#pragma unroll
+				for (int e = 0; e < NPL; e++)
+					qr[g][e] = 0.0f;
+		}
+	}
+#pragma unroll
+	for (int g = 0; g < GP; g++)
 #pragma unroll
 		for (int e = 0; e < NPL; e++)
 			acc[g][e] = 0.0f;
-	}
 	float m = -INFINITY, l = 0.0f; /* of head lane % GP; equal on every lane of that head */
 	if (w < nw) {
-		const int t0 = (int)((long long)w * nt / nw), t1 = (int)((long long)(w + 1) * nt / nw);
-		const size_t rs = (size_t)nkv * HD;
-		const float *kb = kc + (size_t)kh * HD, *vb = vc + (size_t)kh * HD;
 		if constexpr (PIPE) {
 			/* tiles alternate between buffers a and b: b's loads go out
 			 * before a's arithmetic and the reverse (t0 < t1: w < nw <= nt) */
-			float ka[KT][NPL], va[KT][NPL], kq[KT][NPL], vq[KT][NPL];
-			as_load<NPL, KT>(ka, va, kb, vb, rs, lo + t0 * KT, p, lane);
+			float kq[KT][NPL], vq[KT][NPL];
 			int t = t0;
 			for (; t + 1 < t1; t += 2) {
-				as_load<NPL, KT>(kq, vq, kb, vb, rs, lo + (t + 1) * KT, p, lane);
+				as_load<NPL, KT>(kq, vq, kb, vb, rs, lo + (t + 1) * KT, p, pf, s_new[0], s_new[1],
+						 lane);
 				as_tile<NPL, GP, true>(ka, va, qr, acc, m, l, lo + t * KT, p, rep, scale, softcap, lane,
 						       s_p[wid][t & 1]);
 				if (t + 2 < t1)
-					as_load<NPL, KT>(ka, va, kb, vb, rs, lo + (t + 2) * KT, p, lane);
+					as_load<NPL, KT>(ka, va, kb, vb, rs, lo + (t + 2) * KT, p, pf, s_new[0],
+							 s_new[1], lane);
 				as_tile<NPL, GP, true>(kq, vq, qr, acc, m, l, lo + (t + 1) * KT, p, rep, scale, softcap,
 						       lane, s_p[wid][(t + 1) & 1]);
 			}
@@ -3992,7 +4187,7 @@ __global__ void __launch_bounds__(32 * AS_WARPS)
 		} else {
 			for (int t = t0; t < t1; t++) {
 				float kr[KT][NPL], vr[KT][NPL];
-				as_load<NPL, KT>(kr, vr, kb, vb, rs, lo + t * KT, p, lane);
+				as_load<NPL, KT>(kr, vr, kb, vb, rs, lo + t * KT, p, pf, s_new[0], s_new[1], lane);
 				as_tile<NPL, GP, V2>(kr, vr, qr, acc, m, l, lo + t * KT, p, rep, scale, softcap, lane,
 						     s_p[wid][t & 1]);
 			}
@@ -4151,32 +4346,36 @@ static int g_as_per_sm = 2;
 
 template <int NPL, int GP>
 static void as_launch_v(int ver, dim3 grid, const float *q, const float *kcache, const float *vcache, float *out,
-			float *part, int nh, int nkv, float scale, int window, float softcap, const int *d_pos)
+			float *part, int nh, int nkv, float scale, int window, float softcap, const int *d_pos,
+			const as_rope &rp)
 {
 	if (ver == 2)
 		k_attn_split<NPL, GP, 2><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv,
-									      scale, window, softcap, d_pos);
+									      scale, window, softcap, d_pos, rp);
 	else if (ver == 1)
 		k_attn_split<NPL, GP, 1><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv,
-									      scale, window, softcap, d_pos);
+									      scale, window, softcap, d_pos, rp);
 	else
 		k_attn_split<NPL, GP, 0><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv,
-									      scale, window, softcap, d_pos);
+									      scale, window, softcap, d_pos, rp);
 }
 
 template <int NPL>
 static void as_launch(int gp, dim3 grid, const float *q, const float *kcache, const float *vcache, float *out,
-		      float *part, int nh, int nkv, float scale, int window, float softcap, const int *d_pos)
+		      float *part, int nh, int nkv, float scale, int window, float softcap, const int *d_pos,
+		      const as_rope &rp)
 {
 	const int ver = g_att_impl == 3 ? 0 : g_att_impl == 4 ? 1 : 2; /* kc_attention_impl */
 	if (gp == 4)
-		as_launch_v<NPL, 4>(ver, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos);
+		as_launch_v<NPL, 4>(ver, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos, rp);
 	else
-		as_launch_v<NPL, 8>(ver, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos);
+		as_launch_v<NPL, 8>(ver, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos, rp);
 }
 
+/* rp: as_rope (rp.k NULL: kc_qk_rope_append ran) */
 static int as_try(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
-		  int nh, int nkv, int hd, float scale, int window, float softcap, int max_keys, void *scratch)
+		  int nh, int nkv, int hd, float scale, int window, float softcap, int max_keys, void *scratch,
+		  const as_rope &rp)
 {
 	const int rep = nh / nkv;
 	if (g_att_impl == 1 || n != 1 || rep > 8 || nkv > AS_MAXKV ||
@@ -4192,10 +4391,10 @@ static int as_try(const float *q, const float *kcache, const float *vcache, floa
 	dim3 grid(S, nkv);
 	float *part = (float *)scratch;
 	switch (hd) {
-	case 32: as_launch<1>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos); break;
-	case 64: as_launch<2>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos); break;
-	case 128: as_launch<4>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos); break;
-	default: as_launch<8>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos); break;
+	case 32: as_launch<1>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos, rp); break;
+	case 64: as_launch<2>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos, rp); break;
+	case 128: as_launch<4>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos, rp); break;
+	default: as_launch<8>(gp, grid, q, kcache, vcache, out, part, nh, nkv, scale, window, softcap, d_pos, rp); break;
 	}
 	LAUNCHED("k_attn_split");
 	return 0;
@@ -4214,7 +4413,9 @@ extern "C" int kc_attention(const float *q, const float *kcache, const float *vc
 	int fa = fa_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap);
 	if (fa <= 0)
 		return fa;
-	int as = as_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap, max_keys, scratch);
+	const as_rope none = {};
+	int as = as_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap, max_keys, scratch,
+			none);
 	if (as <= 0)
 		return as;
 	int chunk = att_chunk(n, max_keys), nchunks = (max_keys + chunk - 1) / chunk;
@@ -4235,6 +4436,47 @@ extern "C" int kc_attention(const float *q, const float *kcache, const float *vc
 								 window, d_pos);
 	LAUNCHED("k_attn_merge");
 	return 0;
+}
+
+static int g_rope_impl; /* kc_rope_impl */
+
+extern "C" int kc_rope_impl(int impl)
+{
+	int old = g_rope_impl;
+	if (impl >= 0)
+		g_rope_impl = impl;
+	return old;
+}
+
+/* n == 1 where the split kernel serves the shape (as_try): one launch,
+ * k_attn_split with as_rope (run 32: the decode step's k_qk_rope_append
+ * launch gone); else, and under kc_rope_impl(1), the two launches. */
+extern "C" int kc_qk_rope_attention(float *q, const float *k, const float *v, int n, int nh, int nkv, int hd,
+				    int rot_dim, const int *d_pos, const float *inv_freq, float mscale,
+				    const float *q_norm, const float *k_norm, float eps, int add_one, float *kcache,
+				    float *vcache, float *out, float scale, int window, float softcap, int max_keys,
+				    void *scratch)
+{
+	if (hd > 32 * ATT_E || rot_dim > hd || rot_dim % 2 || nkv < 1 || nh % nkv) {
+		snprintf(g_err, sizeof(g_err), "rope attention: head_dim %d rot_dim %d heads %d/%d unsupported", hd,
+			 rot_dim, nh, nkv);
+		return -1;
+	}
+	if (n < 1)
+		return 0;
+	if (n == 1 && g_rope_impl == 0) {
+		const as_rope rp = {k, v, kcache, vcache, inv_freq, q_norm, k_norm, mscale, eps, add_one ? 1.0f : 0.0f,
+				    rot_dim};
+		int as = as_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap, max_keys,
+				scratch, rp);
+		if (as <= 0)
+			return as;
+	}
+	if (kc_qk_rope_append(q, (float *)k, v, n, nh, nkv, hd, rot_dim, d_pos, inv_freq, mscale, q_norm, k_norm,
+			      eps, add_one, kcache, vcache))
+		return -1;
+	return kc_attention(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap, max_keys,
+			    scratch);
 }
 
 /* ---- token selection ---- */

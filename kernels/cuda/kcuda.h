@@ -202,6 +202,23 @@ int kc_attention(const float *q, const float *kcache, const float *vcache, float
  * impl < 0 only reads; returns the previous setting;
  * not thread-safe. */
 int kc_attention_impl(int impl);
+/* kc_qk_rope_append then kc_attention (the same arguments; q, k, v as
+ * kc_qk_rope_append's, out, scale .. scratch as kc_attention's). For n == 1
+ * where kc_attention takes the split kernel, one launch: that kernel norms
+ * and rotates q and this token's k itself, writes cache row *d_pos (k and
+ * v) and uses the new row without reading it back, with the two calls'
+ * operations in their order (test_rope_attention compares the bits). q is
+ * then left as given; callers MUST NOT rely on q after the call either
+ * way. Else (n > 1, other shapes, the chunk kernels
+ * under kc_attention_impl(1), or kc_rope_impl(1)) the two launches. */
+int kc_qk_rope_attention(float *q, const float *k, const float *v, int n, int nh, int nkv, int hd, int rot_dim,
+			 const int *d_pos, const float *inv_freq, float mscale, const float *q_norm,
+			 const float *k_norm, float eps, int add_one, float *kcache, float *vcache, float *out,
+			 float scale, int window, float softcap, int max_keys, void *scratch);
+/* kc_qk_rope_attention's decode path: 0 (default) the one launch where it
+ * applies, 1 always the two launches (tests and benchmarks compare them).
+ * impl < 0 only reads; returns the previous setting; not thread-safe. */
+int kc_rope_impl(int impl);
 /* Greedy token selection on the device: d_out[0] = argmax(logits[vocab])
  * (lowest index on ties, as sampler_argmax), and if d_hist, d_hist[*d_pos]
  * = the token too. */

@@ -1,7 +1,8 @@
 /* tests/cuda/impl_env.h — the kernel-variant switches of the GPU tests and
- * cuda-bench, read from the environment: ATT_IMPL, MV_IMPL, GEMM_IMPL and
- * RESID_IMPL set kc_attention_impl, kc_matvec_impl, kc_gemm_impl and
- * kc_residual_impl (kernels/cuda/kcuda.h) before anything runs; each one
+ * cuda-bench, read from the environment: ATT_IMPL, MV_IMPL, GEMM_IMPL,
+ * RESID_IMPL and ROPE_IMPL set kc_attention_impl, kc_matvec_impl,
+ * kc_gemm_impl, kc_residual_impl and kc_rope_impl
+ * (kernels/cuda/kcuda.h) before anything runs; each one
  * set is printed. For A/B comparisons only: mlxr itself reads none. */
 #ifndef MLXR_TESTS_CUDA_IMPL_ENV_H
 #define MLXR_TESTS_CUDA_IMPL_ENV_H
@@ -21,6 +22,7 @@ static inline void impls_from_env(void)
 		{"MV_IMPL", "matvec", kc_matvec_impl},
 		{"GEMM_IMPL", "gemm", kc_gemm_impl},
 		{"RESID_IMPL", "residual", kc_residual_impl},
+		{"ROPE_IMPL", "rope", kc_rope_impl},
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		const char *v = getenv(t[i].env);

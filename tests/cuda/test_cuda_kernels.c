@@ -781,6 +781,107 @@ static void test_attention(const kernel_table *R, int n, int pos0, int nh, int n
 	test_attention_ctx(R, n, pos0, nh, nkv, hd, window, softcap, 5);
 }
 
+/* Two device buffers of n floats equal bit for bit. */
+static void compare_bits(const char *name, const float *a, const float *b, size_t n)
+{
+	float *ha = malloc(n * 4), *hb = malloc(n * 4);
+	if (kc_sync() || kc_download(ha, a, n * 4) || kc_download(hb, b, n * 4))
+		die(name);
+	size_t diff = 0;
+	for (size_t i = 0; i < n; i++)
+		diff += memcmp(ha + i, hb + i, 4) != 0;
+	checks++;
+	if (diff) {
+		failures++;
+		printf("FAIL %-46s %zu of %zu floats differ\n", name, diff, n);
+	} else if (getenv("VERBOSE")) {
+		printf("ok   %-46s bit for bit\n", name);
+	}
+	free(ha);
+	free(hb);
+}
+
+/* kc_qk_rope_attention at n = 1 (decode: under kc_rope_impl(0) the split
+ * kernel norms and rotates q and k and appends the row itself) against
+ * rmsnorm + rope + the cache rows + attention on the CPU. Fresh inputs
+ * each case; the output, the scratch and the cache rows from p on are
+ * poisoned, so reading row p back from the cache, or not writing it,
+ * fails. norm: 0 none, 1 q/k norms (w), 2 q/k norms (1 + w). Then the
+ * same inputs through the two launches (kc_rope_impl(1)): the output and
+ * the caches equal bit for bit. */
+static void test_rope_attention(const kernel_table *R, int pos0, int nh, int nkv, int hd, int rot, int norm,
+				float mscale, int window, float softcap)
+{
+	const int keys = pos0 + 1, ctx = keys + 5, one = norm == 2;
+	const size_t qn = (size_t)nh * hd, kn = (size_t)nkv * hd, cn = (size_t)ctx * kn;
+	float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *inv = malloc((size_t)rot / 2 * 4 + 4);
+	float *qw = malloc((size_t)hd * 4), *kw = malloc((size_t)hd * 4), *ref = malloc(qn * 4);
+	float *kc = malloc(cn * 4), *vc = malloc(cn * 4), *scratch = malloc((size_t)keys * 4);
+	fill(q, qn, -2, 2);
+	fill(k, kn, -2, 2);
+	fill(v, kn, -1, 1);
+	fill(kc, cn, -1, 1);
+	fill(vc, cn, -1, 1);
+	fill(qw, (size_t)hd, 0.5f, 1.5f);
+	fill(kw, (size_t)hd, 0.5f, 1.5f);
+	for (int i = 0; i < rot / 2; i++)
+		inv[i] = 1.0f / powf(500000.0f, (float)(2 * i) / (float)rot);
+	float *dq = dup_dev(q, qn), *dk = dup_dev(k, kn), *dv = dup_dev(v, kn), *dinv = dup_dev(inv, (size_t)rot / 2 + 1);
+	float *dqw = dup_dev(qw, (size_t)hd), *dkw = dup_dev(kw, (size_t)hd);
+	float *dkc = dup_dev(kc, cn), *dvc = dup_dev(vc, cn), *dy = dalloc(qn * 4);
+	float *dq1 = dup_dev(q, qn), *dkc1 = dup_dev(kc, cn), *dvc1 = dup_dev(vc, cn), *dy1 = dalloc(qn * 4);
+	int *dpos = dalloc(sizeof(int));
+	const size_t scb = kc_attention_scratch(1, nh, hd, ctx);
+	void *sc = dalloc(scb);
+	if (kc_upload(dpos, &pos0, sizeof(int)))
+		die("upload");
+	poison(dkc + (size_t)pos0 * kn, (cn - (size_t)pos0 * kn) * 4);
+	poison(dvc + (size_t)pos0 * kn, (cn - (size_t)pos0 * kn) * 4);
+	poison(dkc1 + (size_t)pos0 * kn, (cn - (size_t)pos0 * kn) * 4);
+	poison(dvc1 + (size_t)pos0 * kn, (cn - (size_t)pos0 * kn) * 4);
+	poison(dy, qn * 4);
+	poison(dy1, qn * 4);
+	poison(sc, scb);
+	if (norm) {
+		for (int h = 0; h < nh; h++)
+			R->rmsnorm(q + (size_t)h * hd, qw, hd, 1e-6f, one, q + (size_t)h * hd);
+		for (int h = 0; h < nkv; h++)
+			R->rmsnorm(k + (size_t)h * hd, kw, hd, 1e-6f, one, k + (size_t)h * hd);
+	}
+	R->rope(q, nh, hd, rot, pos0, inv, mscale);
+	R->rope(k, nkv, hd, rot, pos0, inv, mscale);
+	memcpy(kc + (size_t)pos0 * kn, k, kn * 4);
+	memcpy(vc + (size_t)pos0 * kn, v, kn * 4);
+	const float scale = 1.0f / sqrtf((float)hd) * 3.0f;
+	R->attention(q, kc, vc, KDT_F32, ref, 1, pos0, nh, nkv, hd, scale, window, softcap, scratch);
+	const int impl = kc_rope_impl(0);
+	if (kc_qk_rope_attention(dq, dk, dv, 1, nh, nkv, hd, rot, dpos, dinv, mscale, norm ? dqw : NULL,
+				 norm ? dkw : NULL, 1e-6f, one, dkc, dvc, dy, scale, window, softcap, ctx, sc))
+		die("kc_qk_rope_attention");
+	char name[128];
+	const int att = kc_attention_impl(-1);
+	snprintf(name, sizeof(name), "rope+attention att%d pos%d h%d/%d hd%d rot%d norm%d win%d cap%g", att, pos0,
+		 nh, nkv, hd, rot, norm, window, (double)softcap);
+	compare(name, dy, ref, qn, TOL_ATT);
+	snprintf(name, sizeof(name), "rope+attention att%d pos%d k-cache", att, pos0);
+	compare(name, dkc, kc, (size_t)keys * kn, TOL_ELEM);
+	snprintf(name, sizeof(name), "rope+attention att%d pos%d v-cache", att, pos0);
+	compare(name, dvc, vc, (size_t)keys * kn, 0.0);
+	kc_rope_impl(1);
+	if (kc_qk_rope_attention(dq1, dk, dv, 1, nh, nkv, hd, rot, dpos, dinv, mscale, norm ? dqw : NULL,
+				 norm ? dkw : NULL, 1e-6f, one, dkc1, dvc1, dy1, scale, window, softcap, ctx, sc))
+		die("kc_qk_rope_attention (two launches)");
+	kc_rope_impl(impl);
+	snprintf(name, sizeof(name), "rope+attention att%d pos%d h%d/%d hd%d = two launches", att, pos0, nh, nkv, hd);
+	compare_bits(name, dy, dy1, qn);
+	snprintf(name, sizeof(name), "rope+attention att%d pos%d caches = two launches", att, pos0);
+	compare_bits(name, dkc, dkc1, (size_t)keys * kn);
+	compare_bits(name, dvc, dvc1, (size_t)keys * kn);
+	kc_free(dq); kc_free(dk); kc_free(dv); kc_free(dinv); kc_free(dqw); kc_free(dkw); kc_free(dkc); kc_free(dvc);
+	kc_free(dy); kc_free(dq1); kc_free(dkc1); kc_free(dvc1); kc_free(dy1); kc_free(dpos); kc_free(sc);
+	free(q); free(k); free(v); free(inv); free(qw); free(kw); free(ref); free(kc); free(vc); free(scratch);
+}
+
 static void test_argmax(void)
 {
 	int vocab = 50000;
@@ -893,6 +994,8 @@ int main(int argc, char **argv)
 	 * test_matvec_impl(N) and the kc_fuse_ok checks; "nogemm": without the
 	 * GEMM tests; "nomv": without test_matvec_impl of the int8 impls 6, 7 */
 	const int only_mv = argc > 2 && !strcmp(argv[1], "mv") ? atoi(argv[2]) : -1;
+	/* "att": only the RoPE and attention tests */
+	const int only_att = argc > 1 && !strcmp(argv[1], "att");
 	int no_gemm = 0, no_i8 = 0;
 	for (int i = 1; i < argc; i++) {
 		no_gemm |= !strcmp(argv[i], "nogemm");
@@ -914,6 +1017,8 @@ int main(int argc, char **argv)
 		test_matvec_impl(R, only_mv);
 		goto done;
 	}
+	if (only_att)
+		goto att;
 	static const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
 	for (int bi = 0; bi < 6; bi++)
 		for (int gi = 0; gi < 3; gi++)
@@ -1029,10 +1134,40 @@ rest:
 			test_add_rmsnorm(R, s, one, 1);
 			test_add_rmsnorm(R, s, one, 0);
 		}
+att:
 	test_rope(R, 3, 4, 2, 64, 64, 0, 1.0f, 1000);
 	test_rope(R, 5, 8, 2, 128, 128, 1, 1.0f, 4000);
 	test_rope(R, 2, 4, 4, 96, 48, 1, 1.19f, 17); /* partial rotation, LongRoPE scale */
 	test_rope(R, 1, 4, 1, 256, 256, 1, 1.0f, 123456);
+	/* decode with q/k norm + RoPE + KV append inside the split kernel
+	 * (kc_qk_rope_attention): contexts 1, 2, 17, 4096 (partials merged by
+	 * the last block, which holds key p), 4097, GQA 1/4/8 and 4 padded to
+	 * 8 (rep 7), head_dim 32..256, partial rotation with an mscale, norms
+	 * off / w / 1 + w, windows (short, across tiles) and soft-cap; rep 16
+	 * and head_dim 96 take the two launches (no split kernel). Then some
+	 * under every attention impl (the chunk kernels under 1: two launches). */
+	test_rope_attention(R, 0, 32, 8, 64, 64, 0, 1.0f, 0, 0);         /* context 1, 1B heads */
+	test_rope_attention(R, 1, 32, 8, 128, 128, 1, 1.0f, 0, 0);       /* context 2, 8B heads, norms */
+	test_rope_attention(R, 16, 32, 8, 64, 64, 2, 1.0f, 0, 0);        /* 17, norms (1 + w) */
+	test_rope_attention(R, 16, 16, 16, 128, 64, 1, 1.19f, 0, 0);     /* 17, MHA, partial rotation, mscale */
+	test_rope_attention(R, 16, 64, 8, 128, 128, 0, 1.0f, 0, 0);      /* 17, GQA 8 */
+	test_rope_attention(R, 4095, 32, 8, 64, 64, 1, 1.0f, 0, 0);      /* 4096, 1B */
+	test_rope_attention(R, 4095, 32, 8, 128, 96, 0, 1.0f, 0, 0);     /* 4096, 8B, partial rotation */
+	test_rope_attention(R, 4096, 64, 8, 128, 128, 2, 1.0f, 0, 0);    /* 4097, GQA 8 */
+	test_rope_attention(R, 4095, 8, 8, 64, 32, 1, 1.0f, 0, 0);       /* 4096, MHA, partial rotation */
+	test_rope_attention(R, 2000, 16, 2, 256, 256, 1, 1.0f, 512, 50.0f); /* rep 8, head_dim 256, window, cap */
+	test_rope_attention(R, 700, 28, 4, 128, 128, 1, 1.0f, 100, 30.0f);  /* rep 7, window across tiles, cap */
+	test_rope_attention(R, 3, 8, 8, 32, 32, 0, 1.0f, 2, 0);          /* head_dim 32, window 2, short */
+	test_rope_attention(R, 4999, 32, 8, 128, 128, 1, 1.0f, 2000, 30.0f); /* window 2000 at 5000, cap */
+	test_rope_attention(R, 90, 16, 1, 64, 64, 1, 1.0f, 0, 0);        /* rep 16: two launches */
+	test_rope_attention(R, 90, 6, 2, 96, 48, 1, 1.19f, 0, 0);        /* head_dim 96: two launches */
+	for (int impl = 1; impl < 5; impl++) {
+		kc_attention_impl(impl);
+		test_rope_attention(R, 16, 32, 8, 64, 64, 1, 1.0f, 0, 0);
+		test_rope_attention(R, 4095, 32, 8, 128, 128, 1, 1.0f, 0, 0);
+		test_rope_attention(R, 1000, 16, 2, 256, 128, 2, 1.19f, 300, 30.0f);
+	}
+	kc_attention_impl(0);
 	for (int act = 0; act < 3; act++)
 		test_glu(R, act);
 	/* prefill (n >= 16) takes the tiled kernel; the same cases and an
@@ -1097,8 +1232,10 @@ rest:
 	test_attention(R, 1, 700, 8, 2, 128, 100, 30.0f); /* decode kernel: window across chunks, softcap */
 	test_attention(R, 9, 200, 6, 2, 96, 0, 0);        /* decode kernel, 9 queries, head_dim 96 */
 	test_attention(R, 3, 64, 16, 2, 256, 0, 0);       /* decode kernel, rep 8, head_dim 256, chunk edge */
-	test_argmax();
+	if (!only_att)
+		test_argmax();
 done:
-	printf("%d checks, %d failed%s\n", checks, failures, only_gemm ? " (gemm only)" : "");
+	printf("%d checks, %d failed%s\n", checks, failures,
+	       only_gemm ? " (gemm only)" : only_att ? " (RoPE and attention only)" : "");
 	return failures ? 1 : 0;
 }
