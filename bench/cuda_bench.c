@@ -36,7 +36,8 @@
  *                              one with 4/8 warps per block, 6/7: the int8
  *                              tensor-core kernel for every 4-bit launch /
  *                              in place of the split kernel, 8/9: those
- *                              with x staged once per launch, k_mi_prep)
+ *                              with x staged once per launch, k_mi_prep;
+ *                              10: the default with that for o, down)
  *   MLXR_CUDA_MI_PDL=1         PDL on the adding k_matvec_i8 launches
  *                              behind k_mi_prep (impls 8, 9)
  *   MLXR_CUDA_CP=W,NS          the streaming matvec's warps per block and

@@ -17,6 +17,7 @@
  *   k_matvec_i8      decode, 4 bits: the codes as u8 into mma.m16n8k32, x as
  *                    three int8 terms per group (launches of many tiles:
  *                    lm_head; every 4-bit launch under kc_matvec_impl 6, 7)
+ *   k_mi_prep        those terms once per launch for k_matvec_i8 (impls 8-10)
  *   k_matvec_q       decode, other bits (and kc_matvec_impl(1)): SIMT, a
  *                    warp per KC_MV_ROWS rows, straight from the packed codes
  *   k_xsplit         prefill: x to per-token scaled f16 hi + lo, group sums
@@ -573,7 +574,7 @@ struct mv_args {
 	int tiles; /* k_matvec_mma: row tiles in the launch */
 	int ns; /* k_matvec_cp: ring stages per warp (2..MQ_CP_MAXNS) */
 	int add; /* NM = 1: y[row] += result (the residual stream, in place; kc_linear_residual) */
-	int pre; /* k_matvec_i8: > 0: x is k_mi_prep's staged image (g_mi_x), not the vector, from pre blocks (impls 8, 9) */
+	int pre; /* k_matvec_i8: > 0: x is k_mi_prep's staged image (g_mi_x), not the vector, from pre blocks */
 	const float *nw; /* the tensor-core kernels' NORM variant: x is normed, rmsnorm(x, nw) (kc_linear_multi_norm) */
 	float one, eps; /* that norm's (nw + one) and eps */
 };
@@ -1208,30 +1209,40 @@ static __device__ __forceinline__ void mi_stage(const float *__restrict__ x, con
 	}
 }
 
-/* x staged once per launch (impls 8, 9; run 30): k_mi_prep, a grid of
- * nb = nsteps * 64 / pb blocks of pb threads (one warp by default:
- * g_mi_pb), one item per thread, writes the image mi_stage would build
- * (records, factors) to the scratch buffer g_mi_x, and for NORM after it
- * (at nsteps * MI_STEP) one sum of x^2 per block (per thread in value
- * order, per warp by warp_sum, the warps in order: the same bits on every
- * run for one pb). Every block of k_matvec_i8 then copies the
- * image into its shared memory with 16-byte cp.async (mi_copy) instead of
- * staging x itself: mi_stage costs ~3x mq_stage's instructions per value
- * (four IEEE divisions per item, 3 shuffle levels, 8-way bank-conflicted
- * stores), which one-tile-per-block launches (down 4096 x 14336: 256
- * blocks, each staging all 14336 columns) paid per block (run 29: down
- * 18.7 us on k_matvec_mma, 25.4 on k_matvec_i8). The terms are mi_item's:
- * the same bits as mi_stage's; only 1/rms(x) (NORM) sums in another order. */
-#define MI_PB 128   /* k_mi_prep: most threads (items) per block */
-#define MI_PART 640 /* bytes after the image: k_mi_prep's per-block sums (nsteps <= 80, pb >= 32: <= 160) */
+/* x staged once per launch (impls 8, 9, 10; run 30): k_mi_prep, a grid
+ * of nb = nsteps * 64 / MI_PB one-warp blocks, one item per thread, writes
+ * the image mi_stage would build (records, factors) to the scratch buffer
+ * g_mi_x, and for NORM after it (at nsteps * MI_STEP) one sum of x^2 per
+ * block (per thread in value order, then warp_sum: the same bits on every
+ * run). Every block of k_matvec_i8 then copies the image into its shared
+ * memory with 16-byte cp.async (mi_copy) instead of staging x itself:
+ * mi_stage costs ~3x mq_stage's instructions per value (four IEEE
+ * divisions per item, 3 shuffle levels, 8-way bank-conflicted stores),
+ * which one-tile-per-block launches (down 4096 x 14336: 256 blocks, each
+ * staging all 14336 columns) paid per block (run 29: down 18.7 us on
+ * k_matvec_mma, 25.4 on k_matvec_i8; run 30, unnormed: 17.3). The terms
+ * are mi_item's: the same bits as mi_stage's; only 1/rms(x) (NORM) sums
+ * in another order.
+ * No shared memory here, on purpose. Run 30 measured the prep with 128-
+ * and 32-thread blocks that summed their warps through 16 bytes of static
+ * shared memory when normed: the normed launches then ran as if they had
+ * no PDL (qkv 10.5 us against 6.3 unnormed, GLU 28.6 against 21.7; ncu
+ * of the kernels alone: qkv 11.0, o 7.0, what the table shows for them
+ * only where PDL is off, the adding launches), the unnormed prep (no
+ * shared memory) overlapped fine. Suspected, not shown: a kernel that
+ * needs shared memory cannot share an SM whose shared-memory carveout was
+ * set for k_matvec_i8 until it drains, so the early launch gains
+ * nothing. One warp needs no block reduction; this version is not yet
+ * measured (see NOTES, run 30). */
+#define MI_PB 32    /* k_mi_prep: threads (items) per block, one warp */
+#define MI_PART 640 /* bytes after the image: k_mi_prep's per-block sums (nsteps <= 79: <= 158) */
 
 template <int CPG, int NORM>
 __global__ void __launch_bounds__(MI_PB) k_mi_prep(const float *__restrict__ x, const float *__restrict__ nw,
 						   float one, int xvec, int nch, int nsteps, uint8_t *out)
 {
 	pdl_trigger();
-	__shared__ float wss[MI_PB / 32];
-	const int tid = threadIdx.x, i = blockIdx.x * blockDim.x + tid, nreal = nch * 4;
+	const int i = blockIdx.x * MI_PB + threadIdx.x, nreal = nch * 4;
 	float v[8], ss = 0.0f;
 	pdl_wait(); /* x is the predecessor's output; the previous k_matvec_i8 has read out */
 	ld8(x + (size_t)i * 8, i < nreal, xvec, v);
@@ -1247,21 +1258,15 @@ __global__ void __launch_bounds__(MI_PB) k_mi_prep(const float *__restrict__ x, 
 	mi_item<CPG>(v, i, nsteps * 64, out, out + (size_t)nsteps * 16 * MI_REC);
 	if (NORM) {
 		ss = warp_sum(ss);
-		if ((tid & 31) == 0)
-			wss[tid >> 5] = ss;
-		__syncthreads();
-		if (tid == 0) {
-			float t = wss[0];
-			for (int w = 1; w < (int)blockDim.x / 32; w++)
-				t += wss[w];
-			((float *)(out + (size_t)nsteps * MI_STEP))[blockIdx.x] = t;
-		}
+		if (threadIdx.x == 0)
+			((float *)(out + (size_t)nsteps * MI_STEP))[blockIdx.x] = ss;
 	}
 }
 
 /* k_matvec_i8's staging under impls 8, 9: k_mi_prep's image (and, NORM,
  * its nb per-block sums) from global memory into xs, 16 bytes per
- * cp.async (L2 only: every block reads the same bytes once). */
+ * cp.async (L2 only: every block reads the same bytes once); issued and
+ * committed, the caller waits (cp.async.wait_group 0). */
 template <int NORM>
 static __device__ __forceinline__ void mi_copy(const void *src, uint8_t *xs, int nsteps, int nb, int nt)
 {
@@ -1271,7 +1276,7 @@ static __device__ __forceinline__ void mi_copy(const void *src, uint8_t *xs, int
 		asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + 16 * k),
 			     "l"((const uint4 *)src + k)
 			     : "memory");
-	asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
 /* 1/rms(x) from k_matvec_i8's copy of k_mi_prep's per-block sums (after
@@ -1433,10 +1438,12 @@ static __device__ __forceinline__ void mq_split(const mv_args &a, const float *_
 				 (size_t)rb * ngp, cpg_sh, wid, tig, nch);
 	pdl_wait(); /* x is the predecessor's output */
 	if constexpr (I8) {
-		if (a.pre) /* x is k_mi_prep's image */
+		if (a.pre) { /* x is k_mi_prep's image */
 			mi_copy<NORM>(x, (uint8_t *)xs, nsteps, a.pre, 32 * MQ_WARPS);
-		else
+			asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+		} else {
 			mi_stage<CPG, NORM>(x, a.nw, a.one, a.vec & 2, nch, nsteps, (uint8_t *)xs, nss, 32 * MQ_WARPS);
+		}
 	} else {
 		mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss, 32 * MQ_WARPS);
 	}
@@ -2479,29 +2486,26 @@ static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
  * qkv 7.0 -> 7.2 (its staging of x, about 3x k_matvec_mma's instructions
  * per value, is paid per tile there); the models under impl 6 / 7 (every
  * 4-bit launch / all but gate/up+GLU on k_matvec_i8): 8B @16 398 / 393
- * tok/s against the default's 427. */
+ * tok/s against the default's 427.
+ * Run 30, x staged once per launch (k_mi_prep, impls 8-10), us as the
+ * decode step launches them (default in brackets): o 6.85 (7.36), down
+ * 16.0 (16.7) win, but the normed ones lose (qkv 10.5 (7.7), GLU 28.6
+ * (28.5), lm_head 79.1 (77.4)) and the models with it on every 4-bit
+ * launch ran 8B @16 409 tok/s (430): not the default (see k_mi_prep). */
 #define MI_MIN 4096
 
-/* k_mi_prep's output, k_matvec_i8's input under impls 8, 9: one image of
+/* k_mi_prep's output, k_matvec_i8's input under impls 8-10: one image of
  * staged x (mi_smem_bytes(cols) + MI_PART <= MQ_SMEM_MAX bytes), allocated
  * once at kc_init (a captured decode step replays its address). The
  * stream orders its uses: k_mi_prep waits (pdl_wait) for the previous
- * k_matvec_i8 to complete before it writes. */
+ * k_matvec_i8 to complete before it writes (every PDL-launched kernel
+ * between them waits for its own predecessor before it ends). */
 static void *g_mi_x;
 /* PDL on an adding k_matvec_i8 behind its k_mi_prep (MLXR_CUDA_MI_PDL=1;
- * the other adding matvecs stay without it, run 24: see g_pdl_add) */
+ * the other adding matvecs stay without it, run 24: see g_pdl_add). Run
+ * 30 (us): o 6.85 -> 5.59 with it, down 16.0 -> 17.6; models under impl 8
+ * 409 -> 411 tok/s (8B @16), within noise. */
 static int g_mi_pdl_add;
-/* k_mi_prep's threads per block (MLXR_CUDA_MI_PB=32|64|128, default 32).
- * Run 30, first call, 128: the normed launches lost 3-4 us each to the
- * unnormed ones (qkv 6.3 -> 10.5 us, GLU 21.9 -> 28.6, lm_head 75.0 ->
- * 78.9; k_matvec_i8 in-block staging: +1.0, +2.9, +1.1). Reading: the
- * PDL chain launches the next k_mi_prep when this k_matvec_i8 starts, and
- * the next k_matvec_i8 when that prep starts; 3 normed k_matvec_i8 blocks
- * (156-168 registers: 5120 per warp, 61440 per SM) leave 4096 registers,
- * a 128-thread prep of 32 registers needs 4096, so it cannot be resident
- * early (the unnormed, 147-158 registers, mostly leave more) and the next
- * matvec launches a launch latency late. One warp (1024) fits. */
-static int g_mi_pb = 32;
 
 /* Launches a split kernel (k_matvec_mma, k_matvec_i8): one block per row
  * tile, or a resident grid when the tiles are many (8 waves or more). */
@@ -2521,8 +2525,8 @@ static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &
 template <int CPG, int NORM>
 static int mi_prep(const mv_args &a, const float *x)
 {
-	const int nsteps = (a.cols / 32 + 15) / 16, nb = (nsteps * 64 + g_mi_pb - 1) / g_mi_pb;
-	CK(launch_ex(g_pdl, k_mi_prep<CPG, NORM>, dim3(nb), dim3(g_mi_pb), 0, x, a.nw, a.one, (a.vec & 2) ? 1 : 0,
+	const int nsteps = (a.cols / 32 + 15) / 16, nb = nsteps * 64 / MI_PB;
+	CK(launch_ex(g_pdl, k_mi_prep<CPG, NORM>, dim3(nb), dim3(MI_PB), 0, x, a.nw, a.one, (a.vec & 2) ? 1 : 0,
 		     a.cols / 32, nsteps, (uint8_t *)g_mi_x));
 	return nb;
 }
@@ -2530,7 +2534,7 @@ static int mi_prep(const mv_args &a, const float *x)
 /* k_matvec_i8 (4 bits) for this launch: 1 when its staged x does not fit
  * (then k_matvec_mma takes it: it takes every launch mq_ok allows), else 0
  * (launched) or -1. One block per row tile, as k_matvec_mma. pre: x
- * staged once by k_mi_prep (impls 8, 9), else by every block. */
+ * staged once by k_mi_prep (impls 8-10), else by every block. */
 template <class S, int NM, int NORM>
 static int mi_launch(mv_args a, const float *x, bool pre)
 {
@@ -2556,14 +2560,18 @@ template <int BITS, class S, int NM, int NORM>
 static int mq_launch(const mv_args &a, const float *x, size_t smem)
 {
 	const bool cp_shape = a.tiles * NM >= MQ_CP_MIN && a.tiles * NM < MQ_CP_MAX; /* the default's k_matvec_cp */
-	if (g_mv_impl == 4 || g_mv_impl == 5 || ((g_mv_impl == 0 || g_mv_impl == 7 || g_mv_impl == 9) && cp_shape)) {
+	const int im = g_mv_impl;
+	if (im == 4 || im == 5 || ((im == 0 || im == 7 || im == 9 || im == 10) && cp_shape)) {
 		const int rc = mq_launch_cp<BITS, S, NM, NORM>(a, x, smem);
 		if (rc <= 0)
 			return rc;
 	}
 	if constexpr (BITS == 4) {
-		if (g_mv_impl >= 6 || (g_mv_impl == 0 && a.tiles * NM >= MI_MIN)) {
-			const int rc = mi_launch<S, NM, NORM>(a, x, g_mv_impl >= 8);
+		/* impl 10: the default with k_mi_prep + k_matvec_i8 for the
+		 * adding launches (o, down) */
+		const bool pre = im == 8 || im == 9 || (im == 10 && a.add);
+		if ((im >= 6 && im <= 9) || ((im == 0 || im == 10) && a.tiles * NM >= MI_MIN) || pre) {
+			const int rc = mi_launch<S, NM, NORM>(a, x, pre);
 			if (rc <= 0)
 				return rc;
 		}
@@ -2831,9 +2839,6 @@ static int mq_init(void)
 {
 	const char *e = getenv("MLXR_CUDA_MI_PDL");
 	g_mi_pdl_add = g_pdl && e && e[0] == '1';
-	e = getenv("MLXR_CUDA_MI_PB");
-	if (e && (atoi(e) == 32 || atoi(e) == 64 || atoi(e) == 128))
-		g_mi_pb = atoi(e);
 	CK(cudaMalloc(&g_mi_x, MQ_SMEM_MAX));
 	return mq_attr<F32>() || mq_attr<F16>() || mq_attr<BF16>() || tg_attr<F32>() || tg_attr<F16>() ||
 		       tg_attr<BF16>() || fa_attr()
