@@ -17,6 +17,7 @@
  *   k_matvec_i8      decode, 4 bits: the codes as u8 into mma.m16n8k32, x as
  *                    three int8 terms per group (launches of many tiles:
  *                    lm_head; every 4-bit launch under kc_matvec_impl 6, 7)
+ *   k_mi_prep        those terms once per launch for k_matvec_i8 (impls 8-10)
  *   k_matvec_q       decode, other bits (and kc_matvec_impl(1)): SIMT, a
  *                    warp per KC_MV_ROWS rows, straight from the packed codes
  *   k_xsplit         prefill: x to per-token scaled f16 hi + lo, group sums
@@ -574,6 +575,7 @@ struct mv_args {
 	int tiles; /* k_matvec_mma: row tiles in the launch */
 	int ns; /* k_matvec_cp: ring stages per warp (2..MQ_CP_MAXNS) */
 	int add; /* NM = 1: y[row] += result (the residual stream, in place; kc_linear_residual) */
+	int pre; /* k_matvec_i8: > 0: x is k_mi_prep's staged image (g_mi_x), not the vector, from pre blocks */
 	const float *nw; /* the tensor-core kernels' NORM variant: x is normed, rmsnorm(x, nw) (kc_linear_multi_norm) */
 	float one, eps; /* that norm's (nw + one) and eps */
 };
@@ -1118,13 +1120,75 @@ static __device__ __forceinline__ uint32_t mi_pack(uint32_t a, uint32_t b, uint3
 	return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
 }
 
-/* Stages x for k_matvec_i8: items of 8 consecutive values (one code word's
- * columns), all nsteps * 64 of them (those past the row are zero, so the
- * last step reads zeros: no bounds checks in the loop). D and sum(x) per
- * group by a shuffle over the group's 1 << (CPG + 2) items (consecutive
- * lanes: nt is a multiple of 32). NORM: as mq_stage (x (nw + one) staged,
- * the sum of x^2 per thread in item order, then per warp into nss: the
- * same bits on every run). */
+/* One item of x for k_matvec_i8 (mi_stage, k_mi_prep): v, 8 consecutive
+ * values (one code word's columns, item i of nit; those past the row
+ * zero), to its int8 terms in the record of (unit i >> 4, word i & 3) and,
+ * from the group's first item, the chunk's epilogue factors in meta. D and
+ * sum(x) per group by a shuffle over the group's 1 << (CPG + 2) items
+ * (consecutive lanes, all of the warp calling). */
+template <int CPG>
+static __device__ __forceinline__ void mi_item(const float (&v)[8], int i, int nit, uint8_t *xs, uint8_t *meta)
+{
+	float mx = 0.0f, sum = 0.0f;
+#pragma unroll
+	for (int j = 0; j < 8; j++) {
+		mx = fmaxf(mx, fabsf(v[j]));
+		sum += v[j];
+	}
+#pragma unroll
+	for (int o = 1; o < (4 << CPG); o <<= 1) {
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+		sum += __shfl_xor_sync(0xffffffffu, sum, o);
+	}
+	/* a zero group (or one of NaNs, which fmaxf drops): all terms 0 */
+	const float d = mx / 127.0f, inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+	const float d2 = d / 254.0f, inv2 = inv * 254.0f, inv3 = inv * 64516.0f;
+	/* y + 1.5 * 2^23 (|y| < 2^22) rounds y to an integer in one
+	 * FFMA and holds it in the low mantissa bits, so byte 0 of
+	 * its bits is the int8 term (|term| <= 127: each residual is
+	 * at most half a step, so |y| <= 127 + a rounding) */
+	const float M = 12582912.0f;
+	uint32_t b[3][8];
+#pragma unroll
+	for (int e = 0; e < 8; e++) {
+		const float t1 = fmaf(v[e], inv, M);
+		float r = fmaf(-(t1 - M), d, v[e]); /* |r| <= d/2 */
+		const float t2 = fmaf(r, inv2, M);
+		r = fmaf(-(t2 - M), d2, r); /* |r| <= d/508 */
+		b[0][e] = __float_as_uint(t1);
+		b[1][e] = __float_as_uint(t2);
+		b[2][e] = __float_as_uint(fmaf(r, inv3, M));
+	}
+	uint32_t t[3][2];
+#pragma unroll
+	for (int k = 0; k < 3; k++) {
+		t[k][0] = mi_pack(b[k][0], b[k][2], b[k][4], b[k][6]);
+		t[k][1] = mi_pack(b[k][1], b[k][3], b[k][5], b[k][7]);
+	}
+	if (i < nit) {
+		const int c = i >> 2, j = i & 3, cq = c & 3;
+		uint8_t *rec = xs + ((size_t)(c >> 2) * 4 + j) * MI_REC;
+#pragma unroll
+		for (int k = 0; k < 3; k++)
+			*(uint2 *)(rec + (cq * 3 + k) * 8) = make_uint2(t[k][0], t[k][1]);
+		if (cq == 0) {
+			*(uint4 *)(rec + 96) = make_uint4(0, 0, 0, 0);
+			*(uint4 *)(rec + 112) = make_uint4(0, 0, 0, 0);
+		}
+		if (j == 0) { /* slots: lanes tig even {D/254, sum}, odd {D/254^3, 0} */
+			float4 *mp = (float4 *)(meta + (size_t)c * MI_META);
+			const float4 f = make_float4(d2, sum, d / 16387064.0f, 0.0f);
+			mp[0] = f;
+			mp[1] = CPG == 2 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : f; /* 128: lanes 2, 3 idle */
+		}
+	}
+}
+
+/* Stages x for k_matvec_i8 in the block (impls 6, 7): all nsteps * 64
+ * items (those past the row are zero, so the last step reads zeros: no
+ * bounds checks in the loop), MQ_XU per thread per round. NORM: as
+ * mq_stage (x (nw + one) staged, the sum of x^2 per thread in item order,
+ * then per warp into nss: the same bits on every run). */
 template <int CPG, int NORM>
 static __device__ __forceinline__ void mi_stage(const float *__restrict__ x, const float *__restrict__ nw, float one,
 						bool xvec, int nch, int nsteps, uint8_t *xs, float *nss, int nt)
@@ -1136,68 +1200,95 @@ static __device__ __forceinline__ void mi_stage(const float *__restrict__ x, con
 		float v[MQ_XU][8];
 		mq_stage_items<NORM>(x, nw, one, xvec, i0, nt, nreal, v, ss);
 #pragma unroll
-		for (int u = 0; u < MQ_XU; u++) {
-			const int i = i0 + u * nt + tid;
-			float mx = 0.0f, sum = 0.0f;
-#pragma unroll
-			for (int j = 0; j < 8; j++) {
-				mx = fmaxf(mx, fabsf(v[u][j]));
-				sum += v[u][j];
-			}
-#pragma unroll
-			for (int o = 1; o < (4 << CPG); o <<= 1) {
-				mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-				sum += __shfl_xor_sync(0xffffffffu, sum, o);
-			}
-			/* a zero group (or one of NaNs, which fmaxf drops): all terms 0 */
-			const float d = mx / 127.0f, inv = mx > 0.0f ? 127.0f / mx : 0.0f;
-			const float d2 = d / 254.0f, inv2 = inv * 254.0f, inv3 = inv * 64516.0f;
-			/* y + 1.5 * 2^23 (|y| < 2^22) rounds y to an integer in one
-			 * FFMA and holds it in the low mantissa bits, so byte 0 of
-			 * its bits is the int8 term (|term| <= 127: each residual is
-			 * at most half a step, so |y| <= 127 + a rounding) */
-			const float M = 12582912.0f;
-			uint32_t b[3][8];
-#pragma unroll
-			for (int e = 0; e < 8; e++) {
-				const float t1 = fmaf(v[u][e], inv, M);
-				float r = fmaf(-(t1 - M), d, v[u][e]); /* |r| <= d/2 */
-				const float t2 = fmaf(r, inv2, M);
-				r = fmaf(-(t2 - M), d2, r); /* |r| <= d/508 */
-				b[0][e] = __float_as_uint(t1);
-				b[1][e] = __float_as_uint(t2);
-				b[2][e] = __float_as_uint(fmaf(r, inv3, M));
-			}
-			uint32_t t[3][2];
-#pragma unroll
-			for (int k = 0; k < 3; k++) {
-				t[k][0] = mi_pack(b[k][0], b[k][2], b[k][4], b[k][6]);
-				t[k][1] = mi_pack(b[k][1], b[k][3], b[k][5], b[k][7]);
-			}
-			if (i < nit) {
-				const int c = i >> 2, j = i & 3, cq = c & 3;
-				uint8_t *rec = xs + ((size_t)(c >> 2) * 4 + j) * MI_REC;
-#pragma unroll
-				for (int k = 0; k < 3; k++)
-					*(uint2 *)(rec + (cq * 3 + k) * 8) = make_uint2(t[k][0], t[k][1]);
-				if (cq == 0) {
-					*(uint4 *)(rec + 96) = make_uint4(0, 0, 0, 0);
-					*(uint4 *)(rec + 112) = make_uint4(0, 0, 0, 0);
-				}
-				if (j == 0) { /* slots: lanes tig even {D/254, sum}, odd {D/254^3, 0} */
-					float4 *mp = (float4 *)(meta + (size_t)c * MI_META);
-					const float4 f = make_float4(d2, sum, d / 16387064.0f, 0.0f);
-					mp[0] = f;
-					mp[1] = CPG == 2 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : f; /* 128: lanes 2, 3 idle */
-				}
-			}
-		}
+		for (int u = 0; u < MQ_XU; u++)
+			mi_item<CPG>(v[u], i0 + u * nt + tid, nit, xs, meta);
 	}
 	if (NORM) {
 		ss = warp_sum(ss);
 		if ((tid & 31) == 0)
 			nss[tid >> 5] = ss;
 	}
+}
+
+/* x staged once per launch (impls 8, 9, 10; run 30): k_mi_prep, a grid
+ * of nb = nsteps * 64 / MI_PB one-warp blocks, one item per thread, writes
+ * the image mi_stage would build (records, factors) to the scratch buffer
+ * g_mi_x, and for NORM after it (at nsteps * MI_STEP) one sum of x^2 per
+ * block (per thread in value order, then warp_sum: the same bits on every
+ * run). Every block of k_matvec_i8 then copies the image into its shared
+ * memory with 16-byte cp.async (mi_copy) instead of staging x itself:
+ * mi_stage costs ~3x mq_stage's instructions per value (four IEEE
+ * divisions per item, 3 shuffle levels, 8-way bank-conflicted stores),
+ * which one-tile-per-block launches (down 4096 x 14336: 256 blocks, each
+ * staging all 14336 columns) paid per block (run 29: down 18.7 us on
+ * k_matvec_mma, 25.4 on k_matvec_i8; run 30, unnormed: 17.3). The terms
+ * are mi_item's: the same bits as mi_stage's; only 1/rms(x) (NORM) sums
+ * in another order.
+ * No shared memory here, on purpose. Run 30 measured the prep with 128-
+ * and 32-thread blocks that summed their warps through 16 bytes of static
+ * shared memory when normed: the normed launches then ran as if they had
+ * no PDL (qkv 10.5 us against 6.3 unnormed, GLU 28.6 against 21.7; ncu
+ * of the kernels alone: qkv 11.0, o 7.0, what the table shows for them
+ * only where PDL is off, the adding launches), the unnormed prep (no
+ * shared memory) overlapped fine. Suspected, not shown: a kernel that
+ * needs shared memory cannot share an SM whose shared-memory carveout was
+ * set for k_matvec_i8 until it drains, so the early launch gains
+ * nothing. One warp needs no block reduction; this version is not yet
+ * measured (see NOTES, run 30). */
+#define MI_PB 32    /* k_mi_prep: threads (items) per block, one warp */
+#define MI_PART 640 /* bytes after the image: k_mi_prep's per-block sums (nsteps <= 79: <= 158) */
+
+template <int CPG, int NORM>
+__global__ void __launch_bounds__(MI_PB) k_mi_prep(const float *__restrict__ x, const float *__restrict__ nw,
+						   float one, int xvec, int nch, int nsteps, uint8_t *out)
+{
+	pdl_trigger();
+	const int i = blockIdx.x * MI_PB + threadIdx.x, nreal = nch * 4;
+	float v[8], ss = 0.0f;
+	pdl_wait(); /* x is the predecessor's output; the previous k_matvec_i8 has read out */
+	ld8(x + (size_t)i * 8, i < nreal, xvec, v);
+	if (NORM) {
+		float w[8];
+		ld8(nw + (size_t)i * 8, i < nreal, xvec, w);
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			ss = fmaf(v[j], v[j], ss);
+			v[j] *= w[j] + one;
+		}
+	}
+	mi_item<CPG>(v, i, nsteps * 64, out, out + (size_t)nsteps * 16 * MI_REC);
+	if (NORM) {
+		ss = warp_sum(ss);
+		if (threadIdx.x == 0)
+			((float *)(out + (size_t)nsteps * MI_STEP))[blockIdx.x] = ss;
+	}
+}
+
+/* k_matvec_i8's staging under impls 8, 9: k_mi_prep's image (and, NORM,
+ * its nb per-block sums) from global memory into xs, 16 bytes per
+ * cp.async (L2 only: every block reads the same bytes once); issued and
+ * committed, the caller waits (cp.async.wait_group 0). */
+template <int NORM>
+static __device__ __forceinline__ void mi_copy(const void *src, uint8_t *xs, int nsteps, int nb, int nt)
+{
+	const int n16 = (nsteps * MI_STEP + (NORM ? 16 * ((nb + 3) >> 2) : 0)) / 16;
+	const uint32_t dst = (uint32_t)__cvta_generic_to_shared(xs);
+	for (int k = threadIdx.x; k < n16; k += nt)
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst + 16 * k),
+			     "l"((const uint4 *)src + k)
+			     : "memory");
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* 1/rms(x) from k_matvec_i8's copy of k_mi_prep's per-block sums (after
+ * the block's barrier), in one fixed order. */
+static __device__ __forceinline__ float mi_inv(const uint8_t *xs, int nsteps, int nb, int cols, float eps)
+{
+	const float *p = (const float *)(xs + (size_t)nsteps * MI_STEP);
+	float t = p[0];
+	for (int b = 1; b < nb; b++)
+		t += p[b];
+	return 1.0f / sqrtf(t / (float)cols + eps);
 }
 
 /* Per lane, fixed for the launch: where its B words sit in a record
@@ -1347,12 +1438,20 @@ static __device__ __forceinline__ void mq_split(const mv_args &a, const float *_
 				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
 				 (size_t)rb * ngp, cpg_sh, wid, tig, nch);
 	pdl_wait(); /* x is the predecessor's output */
-	if constexpr (I8)
-		mi_stage<CPG, NORM>(x, a.nw, a.one, a.vec & 2, nch, nsteps, (uint8_t *)xs, nss, 32 * MQ_WARPS);
-	else
+	if constexpr (I8) {
+		if (a.pre) { /* x is k_mi_prep's image */
+			mi_copy<NORM>(x, (uint8_t *)xs, nsteps, a.pre, 32 * MQ_WARPS);
+			asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+		} else {
+			mi_stage<CPG, NORM>(x, a.nw, a.one, a.vec & 2, nch, nsteps, (uint8_t *)xs, nss, 32 * MQ_WARPS);
+		}
+	} else {
 		mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss, 32 * MQ_WARPS);
+	}
 	__syncthreads();
-	const float inv = NORM ? mq_inv(nss, MQ_WARPS, cols, a.eps) : 1.0f;
+	const float inv = !NORM ? 1.0f
+			  : I8 && a.pre ? mi_inv((const uint8_t *)xs, nsteps, a.pre, cols, a.eps)
+					: mq_inv(nss, MQ_WARPS, cols, a.eps);
 	int it = 0;
 	for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x, it ^= 1) {
 		if (tile != (int)blockIdx.x) {
@@ -2388,8 +2487,26 @@ static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
  * qkv 7.0 -> 7.2 (its staging of x, about 3x k_matvec_mma's instructions
  * per value, is paid per tile there); the models under impl 6 / 7 (every
  * 4-bit launch / all but gate/up+GLU on k_matvec_i8): 8B @16 398 / 393
- * tok/s against the default's 427. */
+ * tok/s against the default's 427.
+ * Run 30, x staged once per launch (k_mi_prep, impls 8-10), us as the
+ * decode step launches them (default in brackets): o 6.85 (7.36), down
+ * 16.0 (16.7) win, but the normed ones lose (qkv 10.5 (7.7), GLU 28.6
+ * (28.5), lm_head 79.1 (77.4)) and the models with it on every 4-bit
+ * launch ran 8B @16 409 tok/s (430): not the default (see k_mi_prep). */
 #define MI_MIN 4096
+
+/* k_mi_prep's output, k_matvec_i8's input under impls 8-10: one image of
+ * staged x (mi_smem_bytes(cols) + MI_PART <= MQ_SMEM_MAX bytes), allocated
+ * once at kc_init (a captured decode step replays its address). The
+ * stream orders its uses: k_mi_prep waits (pdl_wait) for the previous
+ * k_matvec_i8 to complete before it writes (every PDL-launched kernel
+ * between them waits for its own predecessor before it ends). */
+static void *g_mi_x;
+/* PDL on an adding k_matvec_i8 behind its k_mi_prep (MLXR_CUDA_MI_PDL=1;
+ * the other adding matvecs stay without it, run 24: see g_pdl_add). Run
+ * 30 (us): o 6.85 -> 5.59 with it, down 16.0 -> 17.6; models under impl 8
+ * 409 -> 411 tok/s (8B @16), within noise. */
+static int g_mi_pdl_add;
 
 /* Launches a split kernel (k_matvec_mma, k_matvec_i8): one block per row
  * tile, or a resident grid when the tiles are many (8 waves or more). */
@@ -2399,19 +2516,40 @@ static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &
 	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * MQ_WARPS, smem) != cudaSuccess || occ < 1)
 		occ = 1;
 	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
-	CK(launch_ex(a.add ? g_pdl_add : g_pdl, kern, dim3(grid), dim3(32 * MQ_WARPS), smem, a, x));
+	CK(launch_ex(a.add ? g_pdl_add || (a.pre && g_mi_pdl_add) : g_pdl, kern, dim3(grid), dim3(32 * MQ_WARPS), smem,
+		     a, x));
 	return 0;
+}
+
+/* k_mi_prep for a k_matvec_i8 launch: x (normed: a.nw) into g_mi_x.
+ * Returns its block count (the per-block sums, NORM), or -1. */
+template <int CPG, int NORM>
+static int mi_prep(const mv_args &a, const float *x)
+{
+	const int nsteps = (a.cols / 32 + 15) / 16, nb = nsteps * 64 / MI_PB;
+	CK(launch_ex(g_pdl, k_mi_prep<CPG, NORM>, dim3(nb), dim3(MI_PB), 0, x, a.nw, a.one, (a.vec & 2) ? 1 : 0,
+		     a.cols / 32, nsteps, (uint8_t *)g_mi_x));
+	return nb;
 }
 
 /* k_matvec_i8 (4 bits) for this launch: 1 when its staged x does not fit
  * (then k_matvec_mma takes it: it takes every launch mq_ok allows), else 0
- * (launched) or -1. One block per row tile, as k_matvec_mma. */
+ * (launched) or -1. One block per row tile, as k_matvec_mma. pre: x
+ * staged once by k_mi_prep (impls 8-10), else by every block. */
 template <class S, int NM, int NORM>
-static int mi_launch(const mv_args &a, const float *x)
+static int mi_launch(mv_args a, const float *x, bool pre)
 {
-	const size_t smem = mi_smem_bytes(a.cols);
+	const size_t smem = mi_smem_bytes(a.cols) + MI_PART;
 	if (smem > MQ_SMEM_MAX)
 		return 1;
+	if (pre) {
+		const int nb = a.group == 32 ? mi_prep<0, NORM>(a, x) : a.group == 64 ? mi_prep<1, NORM>(a, x)
+										      : mi_prep<2, NORM>(a, x);
+		if (nb < 0)
+			return nb;
+		a.pre = nb;
+		x = (const float *)g_mi_x;
+	}
 	switch (a.group) {
 	case 32: return mq_launch_split(k_matvec_i8<S, 0, NM, NORM>, a, x, smem);
 	case 64: return mq_launch_split(k_matvec_i8<S, 1, NM, NORM>, a, x, smem);
@@ -2423,14 +2561,18 @@ template <int BITS, class S, int NM, int NORM>
 static int mq_launch(const mv_args &a, const float *x, size_t smem)
 {
 	const bool cp_shape = a.tiles * NM >= MQ_CP_MIN && a.tiles * NM < MQ_CP_MAX; /* the default's k_matvec_cp */
-	if (g_mv_impl == 4 || g_mv_impl == 5 || ((g_mv_impl == 0 || g_mv_impl == 7) && cp_shape)) {
+	const int im = g_mv_impl;
+	if (im == 4 || im == 5 || ((im == 0 || im == 7 || im == 9 || im == 10) && cp_shape)) {
 		const int rc = mq_launch_cp<BITS, S, NM, NORM>(a, x, smem);
 		if (rc <= 0)
 			return rc;
 	}
 	if constexpr (BITS == 4) {
-		if (g_mv_impl == 6 || g_mv_impl == 7 || (g_mv_impl == 0 && a.tiles * NM >= MI_MIN)) {
-			const int rc = mi_launch<S, NM, NORM>(a, x);
+		/* impl 10: the default with k_mi_prep + k_matvec_i8 for the
+		 * adding launches (o, down) */
+		const bool pre = im == 8 || im == 9 || (im == 10 && a.add);
+		if ((im >= 6 && im <= 9) || ((im == 0 || im == 10) && a.tiles * NM >= MI_MIN) || pre) {
+			const int rc = mi_launch<S, NM, NORM>(a, x, pre);
 			if (rc <= 0)
 				return rc;
 		}
@@ -2696,6 +2838,9 @@ static int tg_attr(void)
 
 static int mq_init(void)
 {
+	const char *e = getenv("MLXR_CUDA_MI_PDL");
+	g_mi_pdl_add = g_pdl && e && e[0] == '1';
+	CK(cudaMalloc(&g_mi_x, MQ_SMEM_MAX));
 	return mq_attr<F32>() || mq_attr<F16>() || mq_attr<BF16>() || tg_attr<F32>() || tg_attr<F16>() ||
 		       tg_attr<BF16>() || fa_attr()
 		   ? -1

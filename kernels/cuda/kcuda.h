@@ -114,7 +114,10 @@ int kc_linear_multi(int count, const kq_matrix *const *ms, const float *x, int n
  * per group, k_matvec_i8; the default takes it for 4-bit launches of many
  * row tiles, lm_head) for every 4-bit launch (8 bits: as 2), 7 the
  * default's choice with k_matvec_i8 in place of the split kernel for 4
- * bits (tests and benchmarks compare them). impl < 0 only reads. Returns
+ * bits, 8 and 9 as 6 and 7 with x staged for k_matvec_i8 once per launch
+ * (k_mi_prep) instead of in every block, 10 the default with that for
+ * the 4-bit adding launches (tests and benchmarks compare them). impl < 0
+ * only reads. Returns
  * the previous setting; not thread-safe (set it before queueing work). */
 int kc_matvec_impl(int impl);
 /* The feed-forward input: g_out[n][rows] = act(x gate^T) * (x up^T) (act

@@ -337,6 +337,62 @@ static void test_matvec(const kernel_table *R, int rows, int cols, int bits, int
 	test_matvec_x(R, rows, cols, bits, gs, sdt, 0);
 }
 
+/* Decode matvecs back to back with no synchronization between them
+ * (widths 14336, 4096, 14336, 2048, each its own x and bias; the first
+ * and third add into a random residual (kc_linear_residual), the others
+ * write a poisoned output), then all compared: under kc_matvec_impl 8-10
+ * each launch's k_mi_prep rewrites the one scratch image the previous
+ * k_matvec_i8 reads (of another size), so a prep that overtook its
+ * predecessor, or a stale image, shows here. */
+static void test_matvec_chain(const kernel_table *R)
+{
+	static const int cols[4] = {14336, 4096, 14336, 2048}, gs[4] = {64, 128, 32, 64};
+	kq_matrix h[4], d[4];
+	float *x[4], *bias[4], *ref[4], *dx[4], *db[4], *dy[4];
+	const int rows = 300;
+	for (int k = 0; k < 4; k++) {
+		h[k] = host_matrix(rows, cols[k], 4, gs[k], (kdtype)(k % KDT_COUNT));
+		if (kc_matrix_upload(&h[k], &d[k]))
+			die("matrix upload");
+		x[k] = malloc((size_t)cols[k] * 4);
+		bias[k] = malloc((size_t)rows * 4);
+		ref[k] = malloc((size_t)rows * 4);
+		fill(x[k], (size_t)cols[k], -1.0f - k, 1.0f + k);
+		fill(bias[k], (size_t)rows, -1, 1);
+		R->matvec(&h[k], x[k], bias[k], ref[k]);
+		dx[k] = dup_dev(x[k], (size_t)cols[k]);
+		db[k] = dup_dev(bias[k], (size_t)rows);
+		if (k & 1) {
+			dy[k] = dalloc((size_t)rows * 4);
+			poison(dy[k], (size_t)rows * 4);
+		} else { /* the residual: ref += r */
+			float *r = malloc((size_t)rows * 4);
+			fill(r, (size_t)rows, -2, 2);
+			for (int i = 0; i < rows; i++)
+				ref[k][i] += r[i];
+			dy[k] = dup_dev(r, (size_t)rows);
+			free(r);
+		}
+	}
+	for (int k = 0; k < 4; k++)
+		if (k & 1 ? kc_linear(&d[k], dx[k], 1, db[k], dy[k]) : kc_linear_residual(&d[k], dx[k], db[k], dy[k]))
+			die("kc_linear");
+	for (int k = 0; k < 4; k++) {
+		char name[96];
+		snprintf(name, sizeof(name), "matvec chain mv%d #%d%s b4 g%d %s %dx%d", kc_matvec_impl(-1), k,
+			 k & 1 ? "" : " +resid", gs[k], dtn((kdtype)(k % KDT_COUNT)), rows, cols[k]);
+		compare(name, dy[k], ref[k], (size_t)rows, TOL_LINEAR);
+		kc_free(dx[k]);
+		kc_free(db[k]);
+		kc_free(dy[k]);
+		free(x[k]);
+		free(bias[k]);
+		free(ref[k]);
+		kc_matrix_free(&d[k]);
+		host_free(&h[k]);
+	}
+}
+
 /* q/k/v-style fusion: count matrices (rows r[i]) sharing x in one launch
  * (n == 1), or sharing one split of x and one launch over all their row
  * tiles (n > 1, the tensor-core GEMM; every variant, gemm_impls). */
@@ -591,7 +647,7 @@ static void test_fuse_refusals(void)
 	expect(kc_linear_glu_norm(&d3, &d3, dx, &nrm, 0, dy) == -1, "kc_linear_glu_norm refuses 3-bit");
 	kc_matvec_impl(1);
 	expect(!kc_fuse_ok(1, m4, KC_FUSE_ADD), "kc_fuse_ok under kc_matvec_impl(1) no");
-	for (int impl = 2; impl <= 7; impl++) {
+	for (int impl = 2; impl <= 10; impl++) {
 		char name[64];
 		kc_matvec_impl(impl);
 		snprintf(name, sizeof(name), "kc_fuse_ok under kc_matvec_impl(%d) yes", impl);
@@ -982,6 +1038,7 @@ static void test_matvec_impl(const kernel_table *R, int impl)
 			test_matvec_x(R, 77, xcols[ci], 4, groups[gi], (kdtype)((ci + gi) % KDT_COUNT), 1);
 	test_matvec_x(R, 100003, 2048, 4, 64, KDT_F16, 1);
 	test_matvec_x(R, 77, 4096, 8, 64, KDT_BF16, 1);
+	test_matvec_chain(R);
 	kc_matvec_impl(0);
 }
 
@@ -992,7 +1049,7 @@ int main(int argc, char **argv)
 	const int only_gemm = argc > 1 && !strcmp(argv[1], "gemm");
 	/* for a device call that runs parts side by side: "mv N": only
 	 * test_matvec_impl(N) and the kc_fuse_ok checks; "nogemm": without the
-	 * GEMM tests; "nomv": without test_matvec_impl of the int8 impls 6, 7 */
+	 * GEMM tests; "nomv": without test_matvec_impl of the int8 impls 6..10 */
 	const int only_mv = argc > 2 && !strcmp(argv[1], "mv") ? atoi(argv[2]) : -1;
 	/* "att": only the RoPE and attention tests */
 	const int only_att = argc > 1 && !strcmp(argv[1], "att");
@@ -1075,8 +1132,10 @@ int main(int argc, char **argv)
 	test_matvec_impl(R, 4);
 	test_matvec_impl(R, 5);
 	/* the int8 tensor-core matvec (k_matvec_i8): every 4-bit launch (6),
-	 * and the default's choice with it in place of the split kernel (7) */
-	for (int impl = 6; impl <= 7; impl++)
+	 * and the default's choice with it in place of the split kernel (7);
+	 * the same with x staged once per launch by k_mi_prep (8, 9), that
+	 * for the adding launches only (10) */
+	for (int impl = 6; impl <= 10; impl++)
 		if (!no_i8)
 			test_matvec_impl(R, impl);
 	/* the SIMT matvec, which the tensor-core kernel replaced for 4 and 8 bits */
