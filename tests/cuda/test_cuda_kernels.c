@@ -223,12 +223,14 @@ static void test_linear(const kernel_table *R, int rows, int cols, int bits, int
 static const char *gemm_impl_name(void)
 {
 	int i = kc_gemm_impl(-1);
-	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : "tc";
+	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : i == 7 ? "tc128tok+bmma+raw" : i == 8 ? "tc128tok+raw+splitk" : "tc";
 }
 
 /* Under kc_gemm_impl(0) a GEMM test runs every tensor-core variant on the
  * same inputs and reference (0: the default, 5: 128 tokens per block, 6:
- * the same with the bias term on the tensor cores, 2: k steps of 64, 4: of
+ * the same with the bias term on the tensor cores, 7: and the scales
+ * converted at the fold, 8: and split-K in two where it shortens the
+ * waves (small grids: most cases here), 2: k steps of 64, 4: of
  * 32; with multi, 3: one launch per matrix); under any
  * other impl just that one. Returns how many; gemm_impl_at(i) sets the
  * i-th. */
@@ -236,11 +238,11 @@ static int g_impl_base;
 static int gemm_impls(int multi)
 {
 	g_impl_base = kc_gemm_impl(-1);
-	return g_impl_base ? 1 : multi ? 6 : 5;
+	return g_impl_base ? 1 : multi ? 8 : 7;
 }
 static void gemm_impl_at(int i)
 {
-	static const int tc[6] = {0, 5, 6, 2, 4, 3};
+	static const int tc[8] = {0, 5, 6, 7, 8, 2, 4, 3};
 	kc_gemm_impl(g_impl_base ? g_impl_base : tc[i]);
 }
 
