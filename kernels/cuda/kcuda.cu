@@ -2660,14 +2660,16 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
  * 5: 256 threads, 128 tokens per block, k steps of 64 (cols % 64 == 0),
  *    1 block per SM (2333 / 17364);
  * 6: 5 with the bias term on the tensor cores (f16 and bf16 scales; f32
- *    scales keep the FFMA fold): 2287 / 16669, the default;
- * 7: 6 with the (scale, bias) words converted at the fold, not the load;
+ *    scales keep the FFMA fold): 2287 / 16669 (run 31: 2256 / 16501);
+ * 7: 6 with the (scale, bias) words converted at the fold, not the load
+ *    (run 31: 2108 / 15484);
  * 8: 7 with split-K in two where that shortens the launch's waves
- *    (tg_ksplit: 8B q/k/v at n = 512 is 192 blocks on 132 SMs).
+ *    (tg_ksplit: 8B q/k/v at n = 512 is 192 blocks on 132 SMs; 340 ->
+ *    258 us): 2031 / 15462 (run 31), the default.
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
  * more instructions per mma. */
-#define TG_DEFAULT_IMPL 6
+#define TG_DEFAULT_IMPL 8
 static int tg_impl(void)
 {
 	return g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
