@@ -1834,7 +1834,6 @@ struct tg_mats {
 	float *y[KC_MAX_FUSE];
 	int rows[KC_MAX_FUSE];
 	int tile0[KC_MAX_FUSE];
-	int act; /* >= 0: gate (0) and up (1) with the GLU in the store (kc_gemm_impl(9)); else -1 */
 };
 
 /* Position q (0..15) of a block of 16 staged columns holds column
@@ -2049,27 +2048,19 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	 * the launch, split 0's half carrying the bias: 0 + a + b is a + b in
 	 * either order, so the result does not depend on which lands first */
 	constexpr bool SPLIT = (BT & 4) != 0;
-	/* BT & 8 (kc_gemm_impl(9), kc_linear_glu): a block's 128 rows are 64
-	 * rows of gate (M.w[0], warps wm = 0) and the same 64 rows of up
-	 * (M.w[1], wm = 1); the two warps of one wn hold the same (row, token)
-	 * positions, so the store exchanges up through shared memory and
-	 * writes act(gate) * up into M.y[0] (no bias, no split) */
-	constexpr bool GLU = (BT & 8) != 0;
-	constexpr int TR = GLU ? TG_BM / 2 : TG_BM; /* rows of one matrix per block */
 	constexpr float SC = MMB ? 0.00390625f : 1.0f;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
 	/* this block's matrix (constant indices only: no local copy of M) */
-	const uint8_t *W = GLU && trow >= TR ? M.w[1] : M.w[0];
-	const void *SB = GLU && wm ? M.sb[1] : M.sb[0];
+	const uint8_t *W = M.w[0];
+	const void *SB = M.sb[0];
 	int rows = M.rows[0], t0 = 0;
 #pragma unroll
 	for (int i = 1; i < KC_MAX_FUSE; i++)
 		if ((int)blockIdx.y >= M.tile0[i]) {
 			W = M.w[i]; SB = M.sb[i]; rows = M.rows[i]; t0 = M.tile0[i];
 		}
-	const int tok0 = blockIdx.x * BN, row0 = ((int)blockIdx.y - t0) * TR;
-	const int rw = GLU ? 0 : wm * WROWS; /* the warp's first row in its matrix, less row0 */
+	const int tok0 = blockIdx.x * BN, row0 = ((int)blockIdx.y - t0) * TG_BM;
 	const int ngp = sb_ngp(cols, group), tsh = sb_tsh(group);
 	const int kspan = SPLIT ? cols / (int)gridDim.z : cols, kbase = SPLIT ? (int)blockIdx.z * kspan : 0;
 	const int kend = kbase + kspan, nk = kspan / BK;
@@ -2080,8 +2071,8 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	__half *As = (__half *)(tsm + NS * STAGE); /* [2][TG_BM][LD] */
 	/* rows past the end read the last row, tokens past n the last token;
 	 * neither is stored */
-	const uint8_t *wsrc = W + (size_t)min(row0 + (trow & (TR - 1)), rows - 1) * ((size_t)cols * BITS / 8) +
-			      (tid >> 7) * CBT + (size_t)kbase / 8 * BITS;
+	const uint8_t *wsrc = W + (size_t)min(row0 + trow, rows - 1) * ((size_t)cols * BITS / 8) + (tid >> 7) * CBT +
+			      (size_t)kbase / 8 * BITS;
 
 	/* Addresses that only move by a constant per step are computed once
 	 * (recomputing them was ~1/4 of the loop's instructions). Thread tid
@@ -2140,7 +2131,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				const size_t e = sb_at(min(row0 + rw + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh);
+				const size_t e = sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh);
 				if constexpr (!RAW) {
 					S::ldp(SB, e, sv[mi][h], bv[mi][h]);
 					sv[mi][h] *= SC;
@@ -2251,7 +2242,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 				for (int h = 0; h < 2; h++)
 #pragma unroll
 					for (int q = 0; q < 2; q++) {
-						const int row = min(row0 + rw + mi * 16 + g + 8 * h, rows - 1);
+						const int row = min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1);
 						const int k = g0 + 2 * tig + 8 * q;
 						float s_, b0 = 0.0f, b1 = 0.0f;
 						if (k < ng)
@@ -2313,83 +2304,40 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	/* every bias and 2^-e first: Y and bias may alias as far as the
 	 * compiler knows, so a load after a store would wait for it */
 	float bz[MI][2], iz[4][2];
-	if constexpr (GLU) {
 #pragma unroll
-		for (int ni = 0; ni < 4; ni++)
+	for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-			for (int e = 0; e < 2; e++)
-				iz[ni][e] = __ldg(INV + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1)) * (1.0f / SC);
-		/* up through shared memory: [wn][mi ni e][lane], conflict-free;
-		 * the pipeline's buffers are free (no copies in flight since the
-		 * loop's last wait, no reads after its last barrier) */
-		float *ex = (float *)tsm + wn * (MI * 4 * 4 * 32) + lane;
-		if (wm) {
+		for (int h = 0; h < 2; h++) {
+			const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
+			bz[mi][h] = bias && row < rows && (!SPLIT || blockIdx.z == 0) ? __ldg(bias + row) : 0.0f;
+		}
+#pragma unroll
+	for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+		for (int e = 0; e < 2; e++)
+			iz[ni][e] = __ldg(INV + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1)) * (1.0f / SC);
+#pragma unroll
+	for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int tok = tok0 + wn * 32 + ni * 8 + 2 * tig + e;
+			if (tok >= n)
+				continue;
+			float *yr = Y + (size_t)tok * rows;
 #pragma unroll
 			for (int mi = 0; mi < MI; mi++)
 #pragma unroll
-				for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-					for (int e = 0; e < 4; e++)
-						ex[((mi * 4 + ni) * 4 + e) * 32] = acc[mi][ni][e] * iz[ni][e & 1];
+				for (int h = 0; h < 2; h++) {
+					const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
+					if (row >= rows)
+						continue;
+					const float v = fmaf(acc[mi][ni][2 * h + e], iz[ni][e], bz[mi][h]);
+					if (SPLIT && gridDim.z > 1)
+						atomicAdd(yr + row, v);
+					else
+						yr[row] = v;
+				}
 		}
-		__syncthreads();
-		if (wm)
-			return;
-		const int act = M.act;
-#pragma unroll
-		for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				const int tok = tok0 + wn * 32 + ni * 8 + 2 * tig + e;
-				if (tok >= n)
-					continue;
-				float *yr = Y + (size_t)tok * rows;
-#pragma unroll
-				for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-					for (int h = 0; h < 2; h++) {
-						const int row = row0 + mi * 16 + g + 8 * h;
-						if (row < rows)
-							yr[row] = glu_act(acc[mi][ni][2 * h + e] * iz[ni][e], act) *
-								  ex[((mi * 4 + ni) * 4 + 2 * h + e) * 32];
-					}
-			}
-	} else {
-#pragma unroll
-		for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
-				bz[mi][h] = bias && row < rows && (!SPLIT || blockIdx.z == 0) ? __ldg(bias + row) : 0.0f;
-			}
-#pragma unroll
-		for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-			for (int e = 0; e < 2; e++)
-				iz[ni][e] = __ldg(INV + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1)) * (1.0f / SC);
-#pragma unroll
-		for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				const int tok = tok0 + wn * 32 + ni * 8 + 2 * tig + e;
-				if (tok >= n)
-					continue;
-				float *yr = Y + (size_t)tok * rows;
-#pragma unroll
-				for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-					for (int h = 0; h < 2; h++) {
-						const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
-						if (row >= rows)
-							continue;
-						const float v = fmaf(acc[mi][ni][2 * h + e], iz[ni][e], bz[mi][h]);
-						if (SPLIT && gridDim.z > 1)
-							atomicAdd(yr + row, v);
-						else
-							yr[row] = v;
-					}
-			}
-	}
 }
 
 template <int BITS, class S>
@@ -2717,12 +2665,13 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
  *    (run 31: 2108 / 15484);
  * 8: 7 with split-K in two where that shortens the launch's waves
  *    (tg_ksplit: 8B q/k/v at n = 512 is 192 blocks on 132 SMs; 340 ->
- *    258 us): 2031 / 15462 (run 31), the default;
- * 9: 8 with the GLU in the gate/up store (tg_glu: one launch, no k_glu
- *    pass, half the gate/up stores).
+ *    258 us): 2031 / 15462 (run 31), the default.
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
- * more instructions per mma. */
+ * more instructions per mma. Rejected in run 31 (470b74a): 9, the GLU in
+ * the gate/up store (a block of 64 gate + the same 64 up rows, up to the
+ * gate warps through shared memory): correct, but gate/up + GLU took 1174
+ * vs 1052 us at n = 512 and 9751 vs 8161 at 4096. */
 #define TG_DEFAULT_IMPL 8
 static int tg_impl(void)
 {
@@ -2737,7 +2686,7 @@ static int tg_impl(void)
 static int tg_ksplit(const tg_x &x, int tiles)
 {
 	const int half = x.cols / 2;
-	if ((tg_impl() != 8 && tg_impl() != 9) || x.cols % 128 || half % x.group)
+	if (tg_impl() != 8 || x.cols % 128 || half % x.group)
 		return 1;
 	const long b = (long)((x.n + 127) / 128) * tiles, w1 = (b + g_sms - 1) / g_sms,
 		   w2 = (2 * b + g_sms - 1) / g_sms;
@@ -2748,9 +2697,7 @@ template <int BITS, class S>
 static int tg_launch(const tg_mats &M, int tiles, const tg_x &x, int ks)
 {
 	const int impl = tg_impl();
-	if (M.act >= 0) /* tg_glu: impl 9, cols % 64 == 0 */
-		return tg_launch_bk<BITS, S, 64, 256, 11>(M, tiles, x, 1);
-	if ((impl == 8 || impl == 9) && x.cols % 64 == 0)
+	if (impl == 8 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 7>(M, tiles, x, ks);
 	if (impl == 7 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 3>(M, tiles, x);
@@ -2790,7 +2737,6 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 	}
 	tg_mats M;
 	memset(&M, 0, sizeof(M));
-	M.act = -1;
 	int tiles = 0;
 	for (int i = 0; i < KC_MAX_FUSE; i++) {
 		M.tile0[i] = i < count ? tiles : INT_MAX;
@@ -2814,40 +2760,13 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 	}
 }
 
-/* kc_gemm_impl(9): g_out = act(x gate^T) * (x up^T) in one launch (gate
- * and up of one shape, cols % 64 == 0): 64 rows of each per block. */
-static int tg_glu(const kq_matrix *gate, const kq_matrix *up, const float *x, int n, int act, float *g_out)
-{
-	tg_x sx;
-	if (tg_split(x, n, gate->cols, gate->group_size, gate->bits, &sx))
-		return -1;
-	tg_mats M;
-	memset(&M, 0, sizeof(M));
-	for (int i = 0; i < KC_MAX_FUSE; i++)
-		M.tile0[i] = i ? INT_MAX : 0;
-	M.w[0] = (const uint8_t *)gate->w;
-	M.w[1] = (const uint8_t *)up->w;
-	M.sb[0] = gate->scales;
-	M.sb[1] = up->scales;
-	M.y[0] = g_out;
-	M.rows[0] = M.rows[1] = gate->rows;
-	M.act = act;
-	const int tiles = (gate->rows + TG_BM / 2 - 1) / (TG_BM / 2);
-	switch (gate->sdt) {
-	case KDT_F32: return tg_dispatch<F32>(gate->bits, M, tiles, sx, 1);
-	case KDT_F16: return tg_dispatch<F16>(gate->bits, M, tiles, sx, 1);
-	default: return tg_dispatch<BF16>(gate->bits, M, tiles, sx, 1);
-	}
-}
-
 /* More than the default 48 KB of shared memory. */
 #define TG_ATTR(B, K, T) \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K, T, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K, T)))
 #define TG_ATTRB(B) \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
-	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
-	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 11>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
 template <class S>
 static int tg_attr(void)
 {
@@ -3109,10 +3028,6 @@ extern "C" int kc_linear_glu(const kq_matrix *gate, const kq_matrix *up, const f
 		return -1;
 	if (n == 1 && mq_ok(gate) && mq_ok(up) && glu_same(gate, up))
 		return glu_launch(gate, up, x, act, g_out, NULL);
-	if (n > 1 && tg_impl() == 9 && tg_ok(gate) && tg_ok(up) && gate->bits == up->bits && gate->cols == up->cols &&
-	    gate->rows == up->rows && gate->group_size == up->group_size && gate->sdt == up->sdt &&
-	    gate->cols % 64 == 0)
-		return tg_glu(gate, up, x, n, act, g_out);
 	const kq_matrix *ms[2] = {gate, up};
 	float *ys[2] = {g_out, u_out};
 	if (kc_linear_multi(2, ms, x, n, NULL, ys))

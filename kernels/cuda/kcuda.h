@@ -96,8 +96,7 @@ int kc_linear_reserve(int n, int cols);
  * block where cols % 64 == 0, 6 the same with the bias term on the tensor
  * cores, 7 6 with the scales converted late, 8 7 with split-K in two
  * where it shortens the waves (the output is zeroed, then both halves add
- * into it: deterministic), 9 8 with kc_linear_glu's GLU in the GEMM's
- * store (tests and benchmarks compare them).
+ * into it: deterministic) (tests and benchmarks compare them).
  * impl < 0 only reads; returns the previous setting; not thread-safe. */
 int kc_gemm_impl(int impl);
 /* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one
@@ -122,10 +121,8 @@ int kc_linear_multi(int count, const kq_matrix *const *ms, const float *x, int n
 int kc_matvec_impl(int impl);
 /* The feed-forward input: g_out[n][rows] = act(x gate^T) * (x up^T) (act
  * as kc_glu). For n == 1 with 4- or 8-bit gate and up of one shape, one
- * launch computes both and the product (u_out untouched); so does
- * kc_gemm_impl(9) for n > 1 (tensor-core GEMM, gate and up of one shape,
- * cols % 64 == 0); otherwise kc_linear_multi into g_out and u_out, then
- * kc_glu. */
+ * launch computes both and the product (u_out untouched); otherwise
+ * kc_linear_multi into g_out and u_out, then kc_glu. */
 int kc_linear_glu(const kq_matrix *gate, const kq_matrix *up, const float *x, int n, int act, float *g_out,
 		  float *u_out);
 /* ---- decode (n == 1): the residual add and the RMSNorm inside the matvecs ----

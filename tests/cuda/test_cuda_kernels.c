@@ -223,15 +223,14 @@ static void test_linear(const kernel_table *R, int rows, int cols, int bits, int
 static const char *gemm_impl_name(void)
 {
 	int i = kc_gemm_impl(-1);
-	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : i == 7 ? "tc128tok+bmma+raw" : i == 8 ? "tc128tok+raw+splitk" : i == 9 ? "tc128tok+raw+splitk+glu" : "tc";
+	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : i == 7 ? "tc128tok+bmma+raw" : i == 8 ? "tc128tok+raw+splitk" : "tc";
 }
 
 /* Under kc_gemm_impl(0) a GEMM test runs every tensor-core variant on the
  * same inputs and reference (0: the default, 5: 128 tokens per block, 6:
  * the same with the bias term on the tensor cores, 7: and the scales
  * converted at the fold, 8: and split-K in two where it shortens the
- * waves (small grids: most cases here), 9: and the GLU in the gate/up
- * store (kc_linear_glu), 2: k steps of 64, 4: of
+ * waves (small grids: most cases here), 2: k steps of 64, 4: of
  * 32; with multi, 3: one launch per matrix); under any
  * other impl just that one. Returns how many; gemm_impl_at(i) sets the
  * i-th. */
@@ -239,11 +238,11 @@ static int g_impl_base;
 static int gemm_impls(int multi)
 {
 	g_impl_base = kc_gemm_impl(-1);
-	return g_impl_base ? 1 : multi ? 9 : 8;
+	return g_impl_base ? 1 : multi ? 8 : 7;
 }
 static void gemm_impl_at(int i)
 {
-	static const int tc[9] = {0, 5, 6, 7, 8, 9, 2, 4, 3};
+	static const int tc[8] = {0, 5, 6, 7, 8, 2, 4, 3};
 	kc_gemm_impl(g_impl_base ? g_impl_base : tc[i]);
 }
 
@@ -445,10 +444,10 @@ static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits,
 	free(x); free(ref); free(up);
 }
 
-/* gate/up + GLU at n > 1 (kc_linear_glu: kc_linear_multi + kc_glu, or
- * under kc_gemm_impl(9) one launch with the GLU in its store) against the
- * CPU GEMMs and the reference GLU, under every GEMM variant (gemm_impls),
- * output poisoned. Gate scales and biases x4 (exact in every dtype) so
+/* gate/up + GLU at n > 1 (kc_linear_glu: kc_linear_multi + kc_glu; run
+ * 31's kc_gemm_impl(9) with the GLU in the GEMM's store was rejected)
+ * against the CPU GEMMs and the reference GLU, under every GEMM variant
+ * (gemm_impls), output poisoned. Gate scales and biases x4 (exact in every dtype) so
  * the activation's shape matters. */
 static void test_gemm_glu(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int act, int n)
 {
@@ -1070,7 +1069,7 @@ gemm:;
 				test_gemm_glu(R, 160, 256 + 128 * ((bi + gi) % 2), bits[bi], groups[gi], (kdtype)dt,
 					      (bi + dt) % 3, gemm_n[(bi + gi + dt) % 3]);
 	test_gemm_glu(R, 300, 4096, 4, 64, KDT_F16, 0, 200);
-	test_gemm_glu(R, 130, 1056, 4, 32, KDT_BF16, 1, 70); /* cols % 64 != 0: kc_linear_multi + kc_glu */
+	test_gemm_glu(R, 130, 1056, 4, 32, KDT_BF16, 1, 70); /* cols % 64 != 0: k steps of 32 */
 	/* the SIMT GEMM (dense weights take it always; every matrix under kc_gemm_impl(1)) */
 	kc_gemm_impl(1);
 	for (int bi = 0; bi < 6; bi += 2)
