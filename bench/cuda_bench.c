@@ -422,7 +422,8 @@ static double time_once(int a, int b)
  * tokens under each tensor-core variant (kc_gemm_impl 3: run 13's kernel,
  * one launch per matrix; 4: the same kernel, one launch for all matrices;
  * 2: k steps of 64, one launch; 5: 128 tokens per block, one launch; 6: 5
- * with the bias term on the tensor cores; the default is one of them, kcuda.cu TG_DEFAULT_IMPL): median of 3 calls; TF/s counts 2 rows cols n (the useful work:
+ * with the bias term on the tensor cores; 7: 6 with the scales converted
+ * at the fold; 8: 7 with split-K in two where it shortens the waves; the default is one of them, kcuda.cu TG_DEFAULT_IMPL): median of 3 calls; TF/s counts 2 rows cols n (the useful work:
  * the tensor-core kernel issues twice that, hi + lo). The SIMT GEMM
  * (kc_gemm_impl(1)) left the table in run 28: 5x slower, seconds at 4096. */
 static void bench_gemm(const int *ns, int nn)
@@ -438,10 +439,11 @@ static void bench_gemm(const int *ns, int nn)
 	};
 	for (int ni = 0; ni < nn; ni++) {
 		int n = ns[ni];
-		printf("\n%-22s n=%-5d %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s\n", "gemm 8B q4g64", n, "r13 us", "TF/s",
-		       "1launch", "TF/s", "tc64 us", "TF/s", "128tok", "TF/s", "+bmma", "TF/s");
-		static const int impls[5] = {3, 4, 2, 5, 6};
-		double tot[5] = {0, 0, 0, 0, 0};
+		printf("\n%-22s n=%-5d %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s\n", "gemm 8B q4g64", n,
+		       "r13 us", "TF/s", "1launch", "TF/s", "tc64 us", "TF/s", "128tok", "TF/s", "+bmma", "TF/s", "+raw",
+		       "TF/s", "+splitk", "TF/s");
+		static const int impls[7] = {3, 4, 2, 5, 6, 7, 8};
+		double tot[7] = {0, 0, 0, 0, 0, 0, 0};
 		for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 			kq_matrix mats[3];
 			int outs = 0;
@@ -459,8 +461,8 @@ static void bench_gemm(const int *ns, int nn)
 				if (!(y[i] = kc_malloc((size_t)n * ms[k].rows[i] * 4)))
 					die("y");
 			const kq_matrix *mp[3] = {&mats[0], &mats[1], &mats[2]};
-			double us[5];
-			for (int oi = 0; oi < 5; oi++) {
+			double us[7];
+			for (int oi = 0; oi < 7; oi++) {
 				kc_gemm_impl(impls[oi]);
 				const int reps = 3;
 				double ts[3];
@@ -478,10 +480,10 @@ static void bench_gemm(const int *ns, int nn)
 			kc_gemm_impl(0);
 			double fl = 2.0 * outs * ms[k].cols * (double)n;
 			printf("%-28s", ms[k].name);
-			for (int i = 0; i < 5; i++)
+			for (int i = 0; i < 7; i++)
 				printf(" %9.0f %6.1f", us[i], fl / us[i] * 1e-6);
 			printf("\n");
-			for (int i = 0; i < 5; i++)
+			for (int i = 0; i < 7; i++)
 				tot[i] += us[i];
 			for (int i = 0; i < ms[k].count; i++) {
 				kc_matrix_free(&mats[i]);
@@ -489,8 +491,10 @@ static void bench_gemm(const int *ns, int nn)
 			}
 			kc_free(x);
 		}
-		printf("%-28s %9.0f %6s %9.0f %6s %9.0f %6s %9.0f %6s %9.0f   (one layer)\n", "sum", tot[0], "", tot[1], "",
-		       tot[2], "", tot[3], "", tot[4]);
+		printf("%-28s", "sum (one layer)");
+		for (int i = 0; i < 7; i++)
+			printf(" %9.0f %6s", tot[i], "");
+		printf("\n");
 	}
 	/* prefill attention of n queries from position 0, 8B heads */
 	printf("\n%-28s %9s %9s %8s\n", "attention 8B (32/8 x 128)", "n", "us", "TF/s");

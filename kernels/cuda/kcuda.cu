@@ -2136,7 +2136,18 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	 * time (b as A; the x sums, times 2^-8 to stay in f16 range, split in
 	 * f16 hi + lo or bf16 hi + mid + lo as B); acc is in units of 2^-8
 	 * (s 2^-8 in the fold, exact), undone at the store. */
-	constexpr bool MMB = BT && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
+	constexpr bool MMB = (BT & 1) && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
+	/* BT & 2 (kc_gemm_impl(7)): a group's (scale, bias) words stay raw in
+	 * registers until its fold; converted at the load (run 13's form), the
+	 * conversion waited for the load right away, one L2 round trip per
+	 * group (HADD2 right after the LDGs in the SASS, run 28) */
+	constexpr bool RAW = (BT & 2) != 0;
+	/* BT & 4 (kc_gemm_impl(8)): split-K, blockIdx.z of gridDim.z (1 or 2)
+	 * takes the columns [z cols / Z, (z + 1) cols / Z) (whole k steps and
+	 * groups, tg_ksplit); at Z = 2 both halves add into a Y zeroed before
+	 * the launch, split 0's half carrying the bias: 0 + a + b is a + b in
+	 * either order, so the result does not depend on which lands first */
+	constexpr bool SPLIT = (BT & 4) != 0;
 	constexpr float SC = MMB ? 0.00390625f : 1.0f;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
@@ -2150,11 +2161,18 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 			W = M.w[i]; SB = M.sb[i]; rows = M.rows[i]; t0 = M.tile0[i];
 		}
 	const int tok0 = blockIdx.x * BN, row0 = ((int)blockIdx.y - t0) * TG_BM;
-	const int nk = cols / BK, ngp = sb_ngp(cols, group), tsh = sb_tsh(group);
+	const int ngp = sb_ngp(cols, group), tsh = sb_tsh(group);
+	const int kspan = SPLIT ? cols / (int)gridDim.z : cols, kbase = SPLIT ? (int)blockIdx.z * kspan : 0;
+	const int kend = kbase + kspan, nk = kspan / BK;
+	if constexpr (SPLIT) {
+		XH += kbase;
+		XL += kbase;
+	}
 	__half *As = (__half *)(tsm + NS * STAGE); /* [2][TG_BM][LD] */
 	/* rows past the end read the last row, tokens past n the last token;
 	 * neither is stored */
-	const uint8_t *wsrc = W + (size_t)min(row0 + trow, rows - 1) * ((size_t)cols * BITS / 8) + (tid >> 7) * CBT;
+	const uint8_t *wsrc = W + (size_t)min(row0 + trow, rows - 1) * ((size_t)cols * BITS / 8) + (tid >> 7) * CBT +
+			      (size_t)kbase / 8 * BITS;
 
 	/* Addresses that only move by a constant per step are computed once
 	 * (recomputing them was ~1/4 of the loop's instructions). Thread tid
@@ -2200,6 +2218,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 
 	float acc[MI][4][4], P[MI][4][4];
 	float sv[MI][2], bv[MI][2], xv[4][2];
+	uint32_t sw[MI][2][S::SW]; /* RAW */
 #pragma unroll
 	for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -2212,9 +2231,17 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 			for (int h = 0; h < 2; h++) {
-				S::ldp(SB, sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh),
-				       sv[mi][h], bv[mi][h]);
-				sv[mi][h] *= SC;
+				const size_t e = sb_at(min(row0 + wm * WROWS + mi * 16 + g + 8 * h, rows - 1), gi, ngp, tsh);
+				if constexpr (!RAW) {
+					S::ldp(SB, e, sv[mi][h], bv[mi][h]);
+					sv[mi][h] *= SC;
+				} else if constexpr (S::SW == 2) {
+					const uint2 v = __ldg((const uint2 *)SB + e);
+					sw[mi][h][0] = v.x;
+					sw[mi][h][S::SW - 1] = v.y;
+				} else {
+					sw[mi][h][0] = __ldg((const uint32_t *)SB + e);
+				}
 			}
 #pragma unroll
 		for (int ni = 0; ni < 4; ni++)
@@ -2230,7 +2257,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 			issue(s, s);
 		cp_commit();
 	}
-	load_group(0);
+	load_group(kbase / group);
 	cp_wait<NS - 2>();
 	dequant(0, 0);
 	__syncthreads();
@@ -2244,7 +2271,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		cp_wait<NS - 2>(); /* this thread's copies of steps <= kt + 1 have landed */
 		if (kt + 1 < nk)   /* own row only: needs no barrier */
 			dequant(kt + 1, stg1);
-		const int k0 = kt * BK;
+		const int k0 = kbase + kt * BK;
 		const uint32_t a_base = a_lane + (kt & 1) * (TG_BM * LD * 2), b_base = b_lane + stg * STAGE;
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 16) {
@@ -2280,6 +2307,15 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 					}
 			}
 			if ((kk & 16) && (k0 + kk + 16) % group == 0) {
+				if constexpr (RAW) {
+#pragma unroll
+					for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+						for (int h = 0; h < 2; h++) {
+							sv[mi][h] = S::ps(sw[mi][h]) * SC;
+							bv[mi][h] = S::pb(sw[mi][h]);
+						}
+				}
 #pragma unroll
 				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
@@ -2289,7 +2325,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 							acc[mi][ni][e] = MMB ? fmaf(sv[mi][e >> 1], P[mi][ni][e], acc[mi][ni][e])
 									     : fmaf(sv[mi][e >> 1], P[mi][ni][e],
 										    fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
-				if (k0 + kk + 16 < cols)
+				if (k0 + kk + 16 < kend)
 					load_group((k0 + kk + 16) / group);
 			}
 		}
@@ -2297,8 +2333,8 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		stg = stg1;
 	}
 	if (MMB) { /* the bias term, 16 groups per mma (groups past the last: b = 0) */
-		const int ng = cols / group;
-		for (int g0 = 0; g0 < ng; g0 += 16) {
+		const int ng = kend / group;
+		for (int g0 = kbase / group; g0 < ng; g0 += 16) {
 			uint32_t ab[MI][4], xb[3][4][2];
 #pragma unroll
 			for (int mi = 0; mi < MI; mi++)
@@ -2365,6 +2401,21 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		if ((int)blockIdx.y >= M.tile0[i]) {
 			bias = M.bias[i]; Y = M.y[i];
 		}
+	/* every bias and 2^-e first: Y and bias may alias as far as the
+	 * compiler knows, so a load after a store would wait for it */
+	float bz[MI][2], iz[4][2];
+#pragma unroll
+	for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
+			bz[mi][h] = bias && row < rows && (!SPLIT || blockIdx.z == 0) ? __ldg(bias + row) : 0.0f;
+		}
+#pragma unroll
+	for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+		for (int e = 0; e < 2; e++)
+			iz[ni][e] = __ldg(INV + min(tok0 + wn * 32 + ni * 8 + 2 * tig + e, n - 1)) * (1.0f / SC);
 #pragma unroll
 	for (int ni = 0; ni < 4; ni++)
 #pragma unroll
@@ -2372,15 +2423,19 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 			const int tok = tok0 + wn * 32 + ni * 8 + 2 * tig + e;
 			if (tok >= n)
 				continue;
-			const float iv = __ldg(INV + tok) * (1.0f / SC);
 			float *yr = Y + (size_t)tok * rows;
 #pragma unroll
 			for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
 					const int row = row0 + wm * WROWS + mi * 16 + g + 8 * h;
-					if (row < rows)
-						yr[row] = fmaf(acc[mi][ni][2 * h + e], iv, bias ? __ldg(bias + row) : 0.0f);
+					if (row >= rows)
+						continue;
+					const float v = fmaf(acc[mi][ni][2 * h + e], iz[ni][e], bz[mi][h]);
+					if (SPLIT && gridDim.z > 1)
+						atomicAdd(yr + row, v);
+					else
+						yr[row] = v;
 				}
 		}
 }
@@ -2729,9 +2784,9 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *
 }
 
 template <int BITS, class S, int BK, int NT, int BT = 0>
-static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
+static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
 {
-	dim3 grid((x.n + NT / 2 - 1) / (NT / 2), tiles);
+	dim3 grid((x.n + NT / 2 - 1) / (NT / 2), tiles, ks);
 	k_gemm_tc<BITS, S, BK, NT, BT><<<grid, NT, tg_smem(BITS, BK, NT), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
 										    x.xs, x.inv, x.n);
 	LAUNCHED("k_gemm_tc");
@@ -2748,20 +2803,47 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x)
  * 5: 256 threads, 128 tokens per block, k steps of 64 (cols % 64 == 0),
  *    1 block per SM (2333 / 17364);
  * 6: 5 with the bias term on the tensor cores (f16 and bf16 scales; f32
- *    scales keep the FFMA fold): 2287 / 16669, the default.
+ *    scales keep the FFMA fold): 2287 / 16669 (run 31: 2256 / 16501);
+ * 7: 6 with the (scale, bias) words converted at the fold, not the load
+ *    (run 31: 2108 / 15484);
+ * 8: 7 with split-K in two where that shortens the launch's waves
+ *    (tg_ksplit: 8B q/k/v at n = 512 is 192 blocks on 132 SMs; 340 ->
+ *    258 us): 2031 / 15462 (run 31), the default.
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
- * more instructions per mma. */
-#define TG_DEFAULT_IMPL 6
+ * more instructions per mma. Rejected in run 31 (470b74a): 9, the GLU in
+ * the gate/up store (a block of 64 gate + the same 64 up rows, up to the
+ * gate warps through shared memory): correct, but gate/up + GLU took 1174
+ * vs 1052 us at n = 512 and 9751 vs 8161 at 4096. */
+#define TG_DEFAULT_IMPL 8
 static int tg_impl(void)
 {
 	return g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
 }
 
+/* kc_gemm_impl(8): 2 (split-K) where a launch of b blocks (one per SM)
+ * would end in a tail wave and 2b half-length blocks take at most 0.8 of
+ * its time, counted in waves (8B q/k/v at n = 512: 192 blocks, 2 waves
+ * against 3 half waves; 1B o and down: 64 blocks, 1 against 1 half);
+ * else 1. Each half must be whole k steps of 64 and whole groups. */
+static int tg_ksplit(const tg_x &x, int tiles)
+{
+	const int half = x.cols / 2;
+	if (tg_impl() != 8 || x.cols % 128 || half % x.group)
+		return 1;
+	const long b = (long)((x.n + 127) / 128) * tiles, w1 = (b + g_sms - 1) / g_sms,
+		   w2 = (2 * b + g_sms - 1) / g_sms;
+	return 5 * w2 <= 8 * w1 ? 2 : 1;
+}
+
 template <int BITS, class S>
-static int tg_launch(const tg_mats &M, int tiles, const tg_x &x)
+static int tg_launch(const tg_mats &M, int tiles, const tg_x &x, int ks)
 {
 	const int impl = tg_impl();
+	if (impl == 8 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256, 7>(M, tiles, x, ks);
+	if (impl == 7 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256, 3>(M, tiles, x);
 	if (impl == 6 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 1>(M, tiles, x);
 	if (impl == 5 && x.cols % 64 == 0)
@@ -2772,15 +2854,15 @@ static int tg_launch(const tg_mats &M, int tiles, const tg_x &x)
 }
 
 template <class S>
-static int tg_dispatch(int bits, const tg_mats &M, int tiles, const tg_x &x)
+static int tg_dispatch(int bits, const tg_mats &M, int tiles, const tg_x &x, int ks)
 {
 	switch (bits) {
-	case 2: return tg_launch<2, S>(M, tiles, x);
-	case 3: return tg_launch<3, S>(M, tiles, x);
-	case 4: return tg_launch<4, S>(M, tiles, x);
-	case 5: return tg_launch<5, S>(M, tiles, x);
-	case 6: return tg_launch<6, S>(M, tiles, x);
-	case 8: return tg_launch<8, S>(M, tiles, x);
+	case 2: return tg_launch<2, S>(M, tiles, x, ks);
+	case 3: return tg_launch<3, S>(M, tiles, x, ks);
+	case 4: return tg_launch<4, S>(M, tiles, x, ks);
+	case 5: return tg_launch<5, S>(M, tiles, x, ks);
+	case 6: return tg_launch<6, S>(M, tiles, x, ks);
+	case 8: return tg_launch<8, S>(M, tiles, x, ks);
 	default: snprintf(g_err, sizeof(g_err), "gemm: bits %d unsupported", bits); return -1;
 	}
 }
@@ -2810,10 +2892,14 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 		M.rows[i] = ms[i]->rows;
 		tiles += (ms[i]->rows + TG_BM - 1) / TG_BM;
 	}
+	const int ks = tg_ksplit(x, tiles);
+	if (ks > 1) /* the halves add into zeros (k_gemm_tc, BT & 4) */
+		for (int i = 0; i < count; i++)
+			CK(cudaMemsetAsync(y[i], 0, (size_t)x.n * ms[i]->rows * 4, g_stream));
 	switch (ms[0]->sdt) {
-	case KDT_F32: return tg_dispatch<F32>(ms[0]->bits, M, tiles, x);
-	case KDT_F16: return tg_dispatch<F16>(ms[0]->bits, M, tiles, x);
-	default: return tg_dispatch<BF16>(ms[0]->bits, M, tiles, x);
+	case KDT_F32: return tg_dispatch<F32>(ms[0]->bits, M, tiles, x, ks);
+	case KDT_F16: return tg_dispatch<F16>(ms[0]->bits, M, tiles, x, ks);
+	default: return tg_dispatch<BF16>(ms[0]->bits, M, tiles, x, ks);
 	}
 }
 
@@ -2821,7 +2907,9 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 #define TG_ATTR(B, K, T) \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, K, T, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, K, T)))
 #define TG_ATTRB(B) \
-	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
 template <class S>
 static int tg_attr(void)
 {

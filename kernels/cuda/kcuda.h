@@ -94,7 +94,9 @@ int kc_linear_reserve(int n, int cols);
  * tokens, k steps of 32) with one launch per matrix, 4 the same kernel
  * with one launch for all matrices of a kc_linear_multi, 5 128 tokens per
  * block where cols % 64 == 0, 6 the same with the bias term on the tensor
- * cores (tests and benchmarks compare them).
+ * cores, 7 6 with the scales converted late, 8 7 with split-K in two
+ * where it shortens the waves (the output is zeroed, then both halves add
+ * into it: deterministic) (tests and benchmarks compare them).
  * impl < 0 only reads; returns the previous setting; not thread-safe. */
 int kc_gemm_impl(int impl);
 /* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one

@@ -223,12 +223,14 @@ static void test_linear(const kernel_table *R, int rows, int cols, int bits, int
 static const char *gemm_impl_name(void)
 {
 	int i = kc_gemm_impl(-1);
-	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : "tc";
+	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : i == 7 ? "tc128tok+bmma+raw" : i == 8 ? "tc128tok+raw+splitk" : "tc";
 }
 
 /* Under kc_gemm_impl(0) a GEMM test runs every tensor-core variant on the
  * same inputs and reference (0: the default, 5: 128 tokens per block, 6:
- * the same with the bias term on the tensor cores, 2: k steps of 64, 4: of
+ * the same with the bias term on the tensor cores, 7: and the scales
+ * converted at the fold, 8: and split-K in two where it shortens the
+ * waves (small grids: most cases here), 2: k steps of 64, 4: of
  * 32; with multi, 3: one launch per matrix); under any
  * other impl just that one. Returns how many; gemm_impl_at(i) sets the
  * i-th. */
@@ -236,11 +238,11 @@ static int g_impl_base;
 static int gemm_impls(int multi)
 {
 	g_impl_base = kc_gemm_impl(-1);
-	return g_impl_base ? 1 : multi ? 6 : 5;
+	return g_impl_base ? 1 : multi ? 8 : 7;
 }
 static void gemm_impl_at(int i)
 {
-	static const int tc[6] = {0, 5, 6, 2, 4, 3};
+	static const int tc[8] = {0, 5, 6, 7, 8, 2, 4, 3};
 	kc_gemm_impl(g_impl_base ? g_impl_base : tc[i]);
 }
 
@@ -492,6 +494,53 @@ static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits,
 	snprintf(name, sizeof(name), "matvec+glu mv%d b%d g%d %s %dx%d act %d", kc_matvec_impl(-1), bits, gs, dtn(sdt),
 		 rows, cols, act);
 	compare(name, dy, ref, (size_t)rows, TOL_LINEAR);
+	kc_free(dx); kc_free(dy); kc_free(dz);
+	kc_matrix_free(&dg); kc_matrix_free(&du);
+	host_free(&hg); host_free(&hu);
+	free(x); free(ref); free(up);
+}
+
+/* gate/up + GLU at n > 1 (kc_linear_glu: kc_linear_multi + kc_glu; run
+ * 31's kc_gemm_impl(9) with the GLU in the GEMM's store was rejected)
+ * against the CPU GEMMs and the reference GLU, under every GEMM variant
+ * (gemm_impls), output poisoned. Gate scales and biases x4 (exact in every dtype) so
+ * the activation's shape matters. */
+static void test_gemm_glu(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int act, int n)
+{
+	kq_matrix hg = host_matrix(rows, cols, bits, gs, sdt), hu = host_matrix(rows, cols, bits, gs, sdt), dg, du;
+	size_t ngr = (size_t)rows * (cols / gs);
+	for (size_t i = 0; i < ngr; i++) {
+		float sv = sdt == KDT_F32 ? ((float *)hg.scales)[i] : sdt == KDT_F16 ? k_f16_to_f32(((uint16_t *)hg.scales)[i]) : k_bf16_to_f32(((uint16_t *)hg.scales)[i]);
+		float bv = sdt == KDT_F32 ? ((float *)hg.biases)[i] : sdt == KDT_F16 ? k_f16_to_f32(((uint16_t *)hg.biases)[i]) : k_bf16_to_f32(((uint16_t *)hg.biases)[i]);
+		store(sdt, (void *)hg.scales, i, 4.0f * sv);
+		store(sdt, (void *)hg.biases, i, 4.0f * bv);
+	}
+	if (kc_matrix_upload(&hg, &dg) || kc_matrix_upload(&hu, &du))
+		die("upload");
+	size_t ny = (size_t)n * rows;
+	float *x = malloc((size_t)n * cols * 4), *ref = malloc(ny * 4), *up = malloc(ny * 4);
+	fill(x, (size_t)n * cols, -1, 1);
+	R->matmul(&hg, x, n, NULL, ref);
+	R->matmul(&hu, x, n, NULL, up);
+	if (act < 2) {
+		R->glu(ref, up, (int)ny, act);
+	} else {
+		for (size_t i = 0; i < ny; i++)
+			ref[i] = 0.5f * ref[i] * (1.0f + erff(ref[i] / sqrtf(2.0f))) * up[i];
+	}
+	float *dx = dup_dev(x, (size_t)n * cols), *dy = dalloc(ny * 4), *dz = dalloc(ny * 4);
+	for (int ii = 0, ni = gemm_impls(1); ii < ni; ii++) {
+		gemm_impl_at(ii);
+		poison(dy, ny * 4);
+		poison(dz, ny * 4);
+		if (kc_linear_glu(&dg, &du, dx, n, act, dy, dz))
+			die("kc_linear_glu");
+		char name[112];
+		snprintf(name, sizeof(name), "gemm+glu %s b%d g%d %s %dx%d n%d act %d", gemm_impl_name(), bits, gs,
+			 dtn(sdt), rows, cols, n, act);
+		compare(name, dy, ref, ny, TOL_LINEAR);
+	}
+	kc_gemm_impl(g_impl_base);
 	kc_free(dx); kc_free(dy); kc_free(dz);
 	kc_matrix_free(&dg); kc_matrix_free(&du);
 	host_free(&hg); host_free(&hu);
@@ -1176,6 +1225,15 @@ gemm:;
 		test_fused_rows(R, 3, 128, KDT_F32, 130, 768, 3, q3);
 		test_fused_rows(R, 6, 64, KDT_BF16, 600, 256, 1, r3);
 	}
+	/* gate/up + GLU at n > 1: every bits x group x scale dtype, each act,
+	 * partial 64-row and 128-token tiles; a real width */
+	for (int bi = 0; bi < 6; bi++)
+		for (int gi = 0; gi < 3; gi++)
+			for (int dt = 0; dt < KDT_COUNT; dt++)
+				test_gemm_glu(R, 160, 256 + 128 * ((bi + gi) % 2), bits[bi], groups[gi], (kdtype)dt,
+					      (bi + dt) % 3, gemm_n[(bi + gi + dt) % 3]);
+	test_gemm_glu(R, 300, 4096, 4, 64, KDT_F16, 0, 200);
+	test_gemm_glu(R, 130, 1056, 4, 32, KDT_BF16, 1, 70); /* cols % 64 != 0: k steps of 32 */
 	/* the SIMT GEMM (dense weights take it always; every matrix under kc_gemm_impl(1)) */
 	kc_gemm_impl(1);
 	for (int bi = 0; bi < 6; bi += 2)
