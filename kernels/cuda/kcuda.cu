@@ -3343,7 +3343,10 @@ extern "C" int kc_add_rmsnorm(float *x, float *r, const float *post_w, const flo
  * (k_attn_split with as_rope: kc_qk_rope_attention) so both give the same
  * bits: the normed value x * (1 / sqrt(mean x^2 + eps)) * (w + one); the
  * pair (d, d + half) of a rotation with c = cos(pos * f) * mscale, s =
- * sin(pos * f) * mscale: x[d] c - x[d + half] s and x[d] s + x[d + half] c. */
+ * sin(pos * f) * mscale: x[d] c - x[d + half] s and x[d] s + x[d + half] c,
+ * each one product rounded and one FMA, spelled out: left to the compiler,
+ * the contraction was chosen per call site and the two kernels differed in
+ * the last bit of ~10% of the rotated values (run 32's check on the device). */
 static __device__ __forceinline__ float qk_normed(float x, float inv, float w, float one)
 {
 	return x * inv * (w + one);
@@ -3357,12 +3360,12 @@ static __device__ __forceinline__ float2 rope_cs(int pos, float f, float mscale)
 
 static __device__ __forceinline__ float rope_lo(float lo, float hi, float2 cs)
 {
-	return lo * cs.x - hi * cs.y;
+	return __fmaf_rn(lo, cs.x, __fmul_rn(-hi, cs.y));
 }
 
 static __device__ __forceinline__ float rope_hi(float lo, float hi, float2 cs)
 {
-	return lo * cs.y + hi * cs.x;
+	return __fmaf_rn(lo, cs.y, __fmul_rn(hi, cs.x));
 }
 
 /* grid (n, nh + nkv), block = head_dim rounded up to 32. Block y < nh is a
