@@ -2486,16 +2486,23 @@ static int gemm_dispatch(const kq_matrix *m, const float *x, int n, const float 
 	return 0;
 }
 
+/* The kc_*_impl switches (kernel variants for tests and benchmarks): set
+ * *var to impl when impl >= 0, return the previous value. */
+static int impl_swap(int *var, int impl)
+{
+	int old = *var;
+	if (impl >= 0)
+		*var = impl;
+	return old;
+}
+
 static int g_mv_impl; /* kc_matvec_impl */
 static int g_cp_w, g_cp_ns; /* MLXR_CUDA_CP=W,NS: k_matvec_cp's warps per block and stages (benchmarks) */
 static int g_smem_optin = 223 << 10; /* k_matvec_cp's dynamic shared memory per block: the opt-in limit less its static */
 
 extern "C" int kc_matvec_impl(int impl)
 {
-	int old = g_mv_impl;
-	if (impl >= 0)
-		g_mv_impl = impl;
-	return old;
+	return impl_swap(&g_mv_impl, impl);
 }
 
 /* k_matvec_cp for this launch: 1 when it does not fit (x, red and a ring
@@ -2758,10 +2765,7 @@ extern "C" int kc_linear_reserve(int n, int cols)
 
 extern "C" int kc_gemm_impl(int impl)
 {
-	int old = g_gemm_impl;
-	if (impl >= 0)
-		g_gemm_impl = impl;
-	return old;
+	return impl_swap(&g_gemm_impl, impl);
 }
 
 /* The tensor-core GEMM takes every quantized matrix (bits 2..8, any group,
@@ -2977,10 +2981,7 @@ static int g_resid_impl; /* kc_residual_impl */
 
 extern "C" int kc_residual_impl(int impl)
 {
-	int old = g_resid_impl;
-	if (impl >= 0)
-		g_resid_impl = impl;
-	return old;
+	return impl_swap(&g_resid_impl, impl);
 }
 
 extern "C" int kc_fuse_ok(int count, const kq_matrix *const *ms, int what)
@@ -3954,10 +3955,7 @@ static int g_att_impl; /* kc_attention_impl */
 
 extern "C" int kc_attention_impl(int impl)
 {
-	int old = g_att_impl;
-	if (impl >= 0)
-		g_att_impl = impl;
-	return old;
+	return impl_swap(&g_att_impl, impl);
 }
 
 static int fa_attr(void)
@@ -4678,10 +4676,7 @@ static int g_rope_impl; /* kc_rope_impl */
 
 extern "C" int kc_rope_impl(int impl)
 {
-	int old = g_rope_impl;
-	if (impl >= 0)
-		g_rope_impl = impl;
-	return old;
+	return impl_swap(&g_rope_impl, impl);
 }
 
 /* n == 1 where the split kernel serves the shape (as_try): one launch,

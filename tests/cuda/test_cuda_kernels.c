@@ -775,13 +775,41 @@ static void test_add_rmsnorm(const kernel_table *R, int sandwich, int one, int h
 	free(x); free(r); free(w); free(pw); free(refx); free(ref); free(rr);
 }
 
+/* The CPU side of q/k norm + RoPE for one token: with weights (qw, kw) each
+ * head RMS-normed (eps 1e-6, one: the 1 + w form), then q's nh and k's nkv
+ * heads rotated at position pos. */
+static void ref_qk_rope(const kernel_table *R, float *q, float *k, int nh, int nkv, int hd, int rot, int pos,
+			const float *inv, float mscale, const float *qw, const float *kw, int one)
+{
+	if (qw) {
+		for (int h = 0; h < nh; h++)
+			R->rmsnorm(q + (size_t)h * hd, qw, hd, 1e-6f, one, q + (size_t)h * hd);
+		for (int h = 0; h < nkv; h++)
+			R->rmsnorm(k + (size_t)h * hd, kw, hd, 1e-6f, one, k + (size_t)h * hd);
+	}
+	R->rope(q, nh, hd, rot, pos, inv, mscale);
+	R->rope(k, nkv, hd, rot, pos, inv, mscale);
+}
+
+/* RoPE frequencies base^(-2i / rot), i < rot / 2 (one spare entry) */
+static float *rope_freqs(int rot, float base)
+{
+	float *inv = malloc((size_t)rot / 2 * 4 + 4);
+	if (!inv)
+		die("malloc");
+	inv[rot / 2] = 0.0f;
+	for (int i = 0; i < rot / 2; i++)
+		inv[i] = 1.0f / powf(base, (float)(2 * i) / (float)rot);
+	return inv;
+}
+
 /* q/k norm + RoPE + KV append against rmsnorm + rope + copy on the CPU. */
 static void test_rope(const kernel_table *R, int n, int nh, int nkv, int hd, int rot, int norm, float mscale, int pos0)
 {
 	size_t qn = (size_t)n * nh * hd, kn = (size_t)n * nkv * hd;
 	int ctx = pos0 + n + 3;
 	size_t cn = (size_t)ctx * nkv * hd;
-	float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *inv = malloc((size_t)rot / 2 * 4);
+	float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *inv = rope_freqs(rot, 10000.0f);
 	float *qw = malloc((size_t)hd * 4), *kw = malloc((size_t)hd * 4);
 	float *kref = calloc(cn, 4), *vref = calloc(cn, 4);
 	fill(q, qn, -2, 2);
@@ -789,8 +817,6 @@ static void test_rope(const kernel_table *R, int n, int nh, int nkv, int hd, int
 	fill(v, kn, -2, 2);
 	fill(qw, (size_t)hd, 0.5f, 1.5f);
 	fill(kw, (size_t)hd, 0.5f, 1.5f);
-	for (int i = 0; i < rot / 2; i++)
-		inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)rot);
 	float *dq = dup_dev(q, qn), *dk = dup_dev(k, kn), *dv = dup_dev(v, kn), *dinv = dup_dev(inv, (size_t)rot / 2);
 	float *dqw = dup_dev(qw, (size_t)hd), *dkw = dup_dev(kw, (size_t)hd);
 	float *dkc = dalloc(cn * 4), *dvc = dalloc(cn * 4);
@@ -801,14 +827,7 @@ static void test_rope(const kernel_table *R, int n, int nh, int nkv, int hd, int
 		die("memset");
 	for (int t = 0; t < n; t++) {
 		float *qt = q + (size_t)t * nh * hd, *kt = k + (size_t)t * nkv * hd;
-		if (norm) {
-			for (int h = 0; h < nh; h++)
-				R->rmsnorm(qt + h * hd, qw, hd, 1e-6f, 0, qt + h * hd);
-			for (int h = 0; h < nkv; h++)
-				R->rmsnorm(kt + h * hd, kw, hd, 1e-6f, 0, kt + h * hd);
-		}
-		R->rope(qt, nh, hd, rot, pos0 + t, inv, mscale);
-		R->rope(kt, nkv, hd, rot, pos0 + t, inv, mscale);
+		ref_qk_rope(R, qt, kt, nh, nkv, hd, rot, pos0 + t, inv, mscale, norm ? qw : NULL, kw, 0);
 		memcpy(kref + (size_t)(pos0 + t) * nkv * hd, kt, (size_t)nkv * hd * 4);
 		memcpy(vref + (size_t)(pos0 + t) * nkv * hd, v + (size_t)t * nkv * hd, (size_t)nkv * hd * 4);
 	}
@@ -919,7 +938,7 @@ static void test_rope_attention(const kernel_table *R, int pos0, int nh, int nkv
 {
 	const int keys = pos0 + 1, ctx = keys + 5, one = norm == 2;
 	const size_t qn = (size_t)nh * hd, kn = (size_t)nkv * hd, cn = (size_t)ctx * kn;
-	float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *inv = malloc((size_t)rot / 2 * 4 + 4);
+	float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(kn * 4), *inv = rope_freqs(rot, 500000.0f);
 	float *qw = malloc((size_t)hd * 4), *kw = malloc((size_t)hd * 4), *ref = malloc(qn * 4);
 	float *kc = malloc(cn * 4), *vc = malloc(cn * 4), *scratch = malloc((size_t)keys * 4);
 	fill(q, qn, -2, 2);
@@ -929,8 +948,6 @@ static void test_rope_attention(const kernel_table *R, int pos0, int nh, int nkv
 	fill(vc, cn, -1, 1);
 	fill(qw, (size_t)hd, 0.5f, 1.5f);
 	fill(kw, (size_t)hd, 0.5f, 1.5f);
-	for (int i = 0; i < rot / 2; i++)
-		inv[i] = 1.0f / powf(500000.0f, (float)(2 * i) / (float)rot);
 	float *dq = dup_dev(q, qn), *dk = dup_dev(k, kn), *dv = dup_dev(v, kn), *dinv = dup_dev(inv, (size_t)rot / 2 + 1);
 	float *dqw = dup_dev(qw, (size_t)hd), *dkw = dup_dev(kw, (size_t)hd);
 	float *dkc = dup_dev(kc, cn), *dvc = dup_dev(vc, cn), *dy = dalloc(qn * 4);
@@ -947,14 +964,7 @@ static void test_rope_attention(const kernel_table *R, int pos0, int nh, int nkv
 	poison(dy, qn * 4);
 	poison(dy1, qn * 4);
 	poison(sc, scb);
-	if (norm) {
-		for (int h = 0; h < nh; h++)
-			R->rmsnorm(q + (size_t)h * hd, qw, hd, 1e-6f, one, q + (size_t)h * hd);
-		for (int h = 0; h < nkv; h++)
-			R->rmsnorm(k + (size_t)h * hd, kw, hd, 1e-6f, one, k + (size_t)h * hd);
-	}
-	R->rope(q, nh, hd, rot, pos0, inv, mscale);
-	R->rope(k, nkv, hd, rot, pos0, inv, mscale);
+	ref_qk_rope(R, q, k, nh, nkv, hd, rot, pos0, inv, mscale, norm ? qw : NULL, kw, one);
 	memcpy(kc + (size_t)pos0 * kn, k, kn * 4);
 	memcpy(vc + (size_t)pos0 * kn, v, kn * 4);
 	const float scale = 1.0f / sqrtf((float)hd) * 3.0f;
