@@ -2601,7 +2601,9 @@ static int mi_prep(const mv_args &a, const float *x)
 template <class S, int NM, int NORM>
 static int mi_launch(mv_args a, const float *x, bool pre)
 {
-	const size_t smem = mi_smem_bytes(a.cols) + MI_PART;
+	/* MI_PART only for k_mi_prep's per-block sums: the in-block staging (the
+	 * default's lm_head launch) keeps run 29's shared memory */
+	const size_t smem = mi_smem_bytes(a.cols) + (pre ? MI_PART : 0);
 	if (smem > MQ_SMEM_MAX)
 		return 1;
 	if (pre) {
