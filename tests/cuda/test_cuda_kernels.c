@@ -123,6 +123,13 @@ static void store(kdtype dt, void *p, size_t i, float v)
 		((uint16_t *)p)[i] = k_f32_to_bf16(v);
 }
 
+static float load_s(kdtype dt, const void *p, size_t i)
+{
+	return dt == KDT_F32 ? ((const float *)p)[i]
+	       : dt == KDT_F16 ? k_f16_to_f32(((const uint16_t *)p)[i])
+			       : k_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
 /* Host matrix with random codes, scales and biases (zero-mean weights of
  * size ~ 1/sqrt(cols)); dense when bits == 0 (element type sdt). */
 static kq_matrix host_matrix(int rows, int cols, int bits, int gs, kdtype sdt)
@@ -455,6 +462,17 @@ static void test_fused(const kernel_table *R, int bits, int gs, kdtype sdt, int 
 	test_fused_rows(R, bits, gs, sdt, n, gs * 4, 3, rows);
 }
 
+/* every group scale and bias of host matrix h times 4 (exact in f32, f16
+ * and bf16): the gate of the GLU tests, so the activation's shape matters */
+static void scale_x4(kq_matrix *h)
+{
+	const size_t ng = (size_t)h->rows * (size_t)(h->cols / h->group_size);
+	for (size_t i = 0; i < ng; i++) {
+		store(h->sdt, (void *)h->scales, i, 4.0f * load_s(h->sdt, h->scales, i));
+		store(h->sdt, (void *)h->biases, i, 4.0f * load_s(h->sdt, h->biases, i));
+	}
+}
+
 /* gate/up + GLU in one launch (kc_linear_glu) against two reference
  * matvecs and the reference GLU (act 2, GELU erf, computed here). */
 static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int act)
@@ -477,13 +495,7 @@ static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits,
 	/* the same scaling on the device: x4 on every gate scale and bias is
 	 * exact in every dtype, so scale the host copy and upload again */
 	kc_matrix_free(&dg);
-	size_t ng = (size_t)rows * (cols / gs);
-	for (size_t i = 0; i < ng; i++) {
-		float sv = sdt == KDT_F32 ? ((float *)hg.scales)[i] : sdt == KDT_F16 ? k_f16_to_f32(((uint16_t *)hg.scales)[i]) : k_bf16_to_f32(((uint16_t *)hg.scales)[i]);
-		float bv = sdt == KDT_F32 ? ((float *)hg.biases)[i] : sdt == KDT_F16 ? k_f16_to_f32(((uint16_t *)hg.biases)[i]) : k_bf16_to_f32(((uint16_t *)hg.biases)[i]);
-		store(sdt, (void *)hg.scales, i, 4.0f * sv);
-		store(sdt, (void *)hg.biases, i, 4.0f * bv);
-	}
+	scale_x4(&hg);
 	if (kc_matrix_upload(&hg, &dg))
 		die("upload");
 	float *dx = dup_dev(x, (size_t)cols), *dy = dalloc((size_t)rows * 4), *dz = dalloc((size_t)rows * 4);
@@ -508,13 +520,7 @@ static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits,
 static void test_gemm_glu(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int act, int n)
 {
 	kq_matrix hg = host_matrix(rows, cols, bits, gs, sdt), hu = host_matrix(rows, cols, bits, gs, sdt), dg, du;
-	size_t ngr = (size_t)rows * (cols / gs);
-	for (size_t i = 0; i < ngr; i++) {
-		float sv = sdt == KDT_F32 ? ((float *)hg.scales)[i] : sdt == KDT_F16 ? k_f16_to_f32(((uint16_t *)hg.scales)[i]) : k_bf16_to_f32(((uint16_t *)hg.scales)[i]);
-		float bv = sdt == KDT_F32 ? ((float *)hg.biases)[i] : sdt == KDT_F16 ? k_f16_to_f32(((uint16_t *)hg.biases)[i]) : k_bf16_to_f32(((uint16_t *)hg.biases)[i]);
-		store(sdt, (void *)hg.scales, i, 4.0f * sv);
-		store(sdt, (void *)hg.biases, i, 4.0f * bv);
-	}
+	scale_x4(&hg);
 	if (kc_matrix_upload(&hg, &dg) || kc_matrix_upload(&hu, &du))
 		die("upload");
 	size_t ny = (size_t)n * rows;
