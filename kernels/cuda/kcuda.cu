@@ -840,30 +840,30 @@ static __device__ __forceinline__ void ld8(const float *p, bool ok, bool vec, fl
  * block (same items per thread) gets the same bits on every run.
  * (Run 16 reduced x^2 in each block before staging x/rms: lost 10%.) */
 #define MQ_XU 4
-/* The staging's loads (mq_stage, mi_stage): items i0 + u nt + tid (u <
- * MQ_XU) of 8 consecutive values of x into v, those at or past nreal as
- * zeros, all issued before any is used. NORM: v = x (nw + one), and the
+/* The staging's loads (mq_stage, mi_stage, k_mi_prep): items i0 + u nt +
+ * tid (u < U) of 8 consecutive values of x into v, those at or past nreal
+ * as zeros, all issued before any is used. NORM: v = x (nw + one), and the
  * sum of x^2 added to ss in item order. */
-template <int NORM>
+template <int NORM, int U = MQ_XU>
 static __device__ __forceinline__ void mq_stage_items(const float *__restrict__ x, const float *__restrict__ nw,
 						      float one, bool xvec, int i0, int nt, int nreal,
-						      float (&v)[MQ_XU][8], float &ss)
+						      float (&v)[U][8], float &ss)
 {
 	const int tid = threadIdx.x;
 #pragma unroll
-	for (int u = 0; u < MQ_XU; u++) {
+	for (int u = 0; u < U; u++) {
 		const int i = i0 + u * nt + tid;
 		ld8(x + (size_t)i * 8, i < nreal, xvec, v[u]);
 	}
 	if (NORM) {
-		float w[MQ_XU][8];
+		float w[U][8];
 #pragma unroll
-		for (int u = 0; u < MQ_XU; u++) {
+		for (int u = 0; u < U; u++) {
 			const int i = i0 + u * nt + tid;
 			ld8(nw + (size_t)i * 8, i < nreal, xvec, w[u]);
 		}
 #pragma unroll
-		for (int u = 0; u < MQ_XU; u++)
+		for (int u = 0; u < U; u++)
 #pragma unroll
 			for (int j = 0; j < 8; j++) {
 				ss = fmaf(v[u][j], v[u][j], ss);
@@ -1233,8 +1233,10 @@ static __device__ __forceinline__ void mi_stage(const float *__restrict__ x, con
  * shared memory) overlapped fine. Suspected, not shown: a kernel that
  * needs shared memory cannot share an SM whose shared-memory carveout was
  * set for k_matvec_i8 until it drains, so the early launch gains
- * nothing. One warp needs no block reduction; this version is not yet
- * measured (see NOTES, run 30). */
+ * nothing. One warp needs no block reduction. Measured after run 30
+ * (NOTES, "runs 30-32 merged"): this version does not change that, the
+ * models under impl 8 ran 8B @16 417 tok/s against the default's 438, so
+ * shared memory was not the cause. */
 #define MI_PB 32    /* k_mi_prep: threads (items) per block, one warp */
 #define MI_PART 640 /* bytes after the image: k_mi_prep's per-block sums (nsteps <= 79: <= 158) */
 
@@ -1243,20 +1245,11 @@ __global__ void __launch_bounds__(MI_PB) k_mi_prep(const float *__restrict__ x, 
 						   float one, int xvec, int nch, int nsteps, uint8_t *out)
 {
 	pdl_trigger();
-	const int i = blockIdx.x * MI_PB + threadIdx.x, nreal = nch * 4;
-	float v[8], ss = 0.0f;
+	const int i0 = blockIdx.x * MI_PB;
+	float v[1][8], ss = 0.0f;
 	pdl_wait(); /* x is the predecessor's output; the previous k_matvec_i8 has read out */
-	ld8(x + (size_t)i * 8, i < nreal, xvec, v);
-	if (NORM) {
-		float w[8];
-		ld8(nw + (size_t)i * 8, i < nreal, xvec, w);
-#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			ss = fmaf(v[j], v[j], ss);
-			v[j] *= w[j] + one;
-		}
-	}
-	mi_item<CPG>(v, i, nsteps * 64, out, out + (size_t)nsteps * 16 * MI_REC);
+	mq_stage_items<NORM, 1>(x, nw, one, xvec, i0, MI_PB, nch * 4, v, ss);
+	mi_item<CPG>(v[0], i0 + threadIdx.x, nsteps * 64, out, out + (size_t)nsteps * 16 * MI_REC);
 	if (NORM) {
 		ss = warp_sum(ss);
 		if (threadIdx.x == 0)
