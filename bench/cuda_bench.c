@@ -442,8 +442,9 @@ static void bench_gemm(const int *ns, int nn)
 		printf("\n%-22s n=%-5d %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s\n", "gemm 8B q4g64", n,
 		       "r13 us", "TF/s", "1launch", "TF/s", "tc64 us", "TF/s", "128tok", "TF/s", "+bmma", "TF/s", "+raw",
 		       "TF/s", "+splitk", "TF/s");
-		static const int impls[7] = {3, 4, 2, 5, 6, 7, 8};
-		double tot[7] = {0, 0, 0, 0, 0, 0, 0};
+		enum { NI = 7 }; /* the variants, in the header's column order */
+		static const int impls[NI] = {3, 4, 2, 5, 6, 7, 8};
+		double tot[NI] = {0};
 		for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 			kq_matrix mats[3];
 			int outs = 0;
@@ -461,8 +462,8 @@ static void bench_gemm(const int *ns, int nn)
 				if (!(y[i] = kc_malloc((size_t)n * ms[k].rows[i] * 4)))
 					die("y");
 			const kq_matrix *mp[3] = {&mats[0], &mats[1], &mats[2]};
-			double us[7];
-			for (int oi = 0; oi < 7; oi++) {
+			double us[NI];
+			for (int oi = 0; oi < NI; oi++) {
 				kc_gemm_impl(impls[oi]);
 				const int reps = 3;
 				double ts[3];
@@ -480,10 +481,10 @@ static void bench_gemm(const int *ns, int nn)
 			kc_gemm_impl(0);
 			double fl = 2.0 * outs * ms[k].cols * (double)n;
 			printf("%-28s", ms[k].name);
-			for (int i = 0; i < 7; i++)
+			for (int i = 0; i < NI; i++)
 				printf(" %9.0f %6.1f", us[i], fl / us[i] * 1e-6);
 			printf("\n");
-			for (int i = 0; i < 7; i++)
+			for (int i = 0; i < NI; i++)
 				tot[i] += us[i];
 			for (int i = 0; i < ms[k].count; i++) {
 				kc_matrix_free(&mats[i]);
@@ -492,7 +493,7 @@ static void bench_gemm(const int *ns, int nn)
 			kc_free(x);
 		}
 		printf("%-28s", "sum (one layer)");
-		for (int i = 0; i < 7; i++)
+		for (int i = 0; i < NI; i++)
 			printf(" %9.0f %6s", tot[i], "");
 		printf("\n");
 	}
