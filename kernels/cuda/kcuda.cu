@@ -1908,15 +1908,18 @@ static __host__ __device__ constexpr int tg_stages(int bk, int nt) { return bk =
 /* halves per staged row: BK + 8, so ldmatrix's 8 rows (80 or 144 B
  * apart) hit distinct banks */
 static __host__ __device__ constexpr int tg_ld(int bk) { return bk + 8; }
-/* one stage: TG_BM rows of codes + X hi and lo of nt / 2 tokens */
-static __host__ __device__ constexpr int tg_stage_bytes(int bits, int bk, int nt)
+/* one stage: TG_BM rows of codes + X hi and lo (xt = 2 terms; xt = 1: hi
+ * only, kc_gemm_impl(10)) of nt / 2 tokens */
+static __host__ __device__ constexpr int tg_stage_bytes(int bits, int bk, int nt, int xt = 2)
 {
-	return TG_BM * bk / 8 * bits + 2 * (nt / 2) * tg_ld(bk) * 2;
+	return TG_BM * bk / 8 * bits + xt * (nt / 2) * tg_ld(bk) * 2;
 }
-static __host__ __device__ constexpr int tg_smem(int bits, int bk, int nt)
+static __host__ __device__ constexpr int tg_smem(int bits, int bk, int nt, int xt = 2)
 {
-	return tg_stages(bk, nt) * tg_stage_bytes(bits, bk, nt) + 2 * TG_BM * tg_ld(bk) * 2;
+	return tg_stages(bk, nt) * tg_stage_bytes(bits, bk, nt, xt) + 2 * TG_BM * tg_ld(bk) * 2;
 }
+/* x terms staged by k_gemm_tc<..., BT>: BT & 8 is the one-term variant */
+static __host__ __device__ constexpr int tg_xt(int bt) { return bt & 8 ? 1 : 2; }
 
 /* The matrices of one launch: matrix i owns the grid's row tiles
  * [tile0[i], tile0[i + 1]); unused entries have tile0 = INT_MAX. */
@@ -2091,7 +2094,7 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 	if (threadIdx.x == 0)
 		inv[t] = __uint_as_float((uint32_t)(254 - se) << 23);
 	const int ng = cols / group;
-	__half *hp = xh + (size_t)t * cols, *lp = xl + (size_t)t * cols;
+	__half *hp = xh + (size_t)t * cols, *lp = xl ? xl + (size_t)t * cols : NULL;
 	for (int gi = wid; gi < ng; gi += nw) {
 		float s = 0.0f;
 		for (int i = lane; i < group; i += 32) {
@@ -2099,7 +2102,8 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 			const float v = x[col] * sc;
 			const __half h = __float2half_rn(v);
 			hp[q] = h;
-			lp[q] = __float2half_rn(v - __half2float(h));
+			if (lp) /* NULL: one-term x (kc_gemm_impl(10)) */
+				lp[q] = __float2half_rn(v - __half2float(h));
 			s += v;
 		}
 		s = warp_sum(s);
@@ -2114,12 +2118,12 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		  const float *__restrict__ XS, const float *__restrict__ INV, int n)
 {
 	extern __shared__ __align__(16) uint8_t tsm[];
-	constexpr int NS = tg_stages(BK, NT), LD = tg_ld(BK);
+	constexpr int NS = tg_stages(BK, NT), LD = tg_ld(BK), XT = tg_xt(BT);
 	constexpr int CB = BK / 8 * BITS; /* code bytes of one row in one k step */
-	constexpr int STAGE = tg_stage_bytes(BITS, BK, NT);
+	constexpr int STAGE = tg_stage_bytes(BITS, BK, NT, XT);
 	constexpr int U = BITS % 4 == 0 ? 16 : BITS % 2 == 0 ? 8 : 4; /* cp.async size for the codes */
 	constexpr int BN = NT / 2;                        /* tokens per block */
-	constexpr int XPT = 2 * BN * (BK / 8) / NT;       /* X pieces (16 B) per thread per step */
+	constexpr int XPH = BN * (BK / 8) / NT;           /* X pieces (16 B) per thread per step and term */
 	constexpr int MI = 4, WROWS = 64;                 /* mma tiles, rows per warp */
 	constexpr int PP = NT / TG_BM, CBT = CB / PP;     /* threads per row; code bytes per thread */
 	static_assert(NT == 128 || (NT == 256 && BK == 64), "NT");
@@ -2141,6 +2145,11 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	 * the launch, split 0's half carrying the bias: 0 + a + b is a + b in
 	 * either order, so the result does not depend on which lands first */
 	constexpr bool SPLIT = (BT & 4) != 0;
+	/* BT & 8 (kc_gemm_impl(10)): x as its f16 hi term only (11 bits, no
+	 * lo): one mma per tile and k slice instead of two, half the X staged
+	 * and loaded; the error is that of rounding x' to f16 (relative 2^-11
+	 * per value), the group sums and everything else as above */
+	static_assert(XT == 1 || XT == 2, "XT");
 	constexpr float SC = MMB ? 0.00390625f : 1.0f;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
@@ -2178,9 +2187,9 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	/* piece u: staged row xtk + u TPU (rows BN.. are lo), so its shared
 	 * address is xdst + a constant; the lo half reads hi's token + n cols */
 	const uint32_t xdst = smem0 + TG_BM * CB + (xtk * LD + xpc * 8) * 2;
-	size_t xoff[XPT / 2];
+	size_t xoff[XPH];
 #pragma unroll
-	for (int u = 0; u < XPT / 2; u++)
+	for (int u = 0; u < XPH; u++)
 		xoff[u] = (size_t)min(tok0 + xtk + u * TPU, n - 1) * cols + xpc * 8;
 	auto issue = [&](int kt, int stg) {
 		const uint8_t *src = wsrc + (size_t)kt * CB;
@@ -2190,9 +2199,8 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 			cp_async<U>(dst + u * U, src + u * U);
 		const __half *xh = XH + (size_t)kt * BK, *xl = XL + (size_t)kt * BK;
 #pragma unroll
-		for (int u = 0; u < XPT; u++)
-			cp_async<16>(xdst + stg * STAGE + u * TPU * LD * 2,
-				     (u < XPT / 2 ? xh : xl) + xoff[u % (XPT / 2)]);
+		for (int u = 0; u < XT * XPH; u++)
+			cp_async<16>(xdst + stg * STAGE + u * TPU * LD * 2, (u < XPH ? xh : xl) + xoff[u % XPH]);
 	};
 	auto dequant = [&](int kt, int stg) {
 		/* this thread's chunks of 32 columns: its own copies */
@@ -2268,7 +2276,8 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		const uint32_t a_base = a_lane + (kt & 1) * (TG_BM * LD * 2), b_base = b_lane + stg * STAGE;
 #pragma unroll
 		for (int kk = 0; kk < BK; kk += 16) {
-			uint32_t a[MI][4], bh[4][2], bl[4][2];
+			uint32_t a[MI][4], bh[4][2];
+			[[maybe_unused]] uint32_t bl[4][2];
 #pragma unroll
 			for (int mi = 0; mi < MI; mi++)
 				ldsm4(a[mi], a_base + (mi * 16 * LD + kk) * 2);
@@ -2277,8 +2286,11 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 				uint32_t r[4];
 				ldsm4(r, b_base + (nj * 16 * LD + kk) * 2);
 				bh[2 * nj][0] = r[0]; bh[2 * nj][1] = r[1]; bh[2 * nj + 1][0] = r[2]; bh[2 * nj + 1][1] = r[3];
-				ldsm4(r, b_base + ((BN + nj * 16) * LD + kk) * 2);
-				bl[2 * nj][0] = r[0]; bl[2 * nj][1] = r[1]; bl[2 * nj + 1][0] = r[2]; bl[2 * nj + 1][1] = r[3];
+				if constexpr (XT == 2) {
+					ldsm4(r, b_base + ((BN + nj * 16) * LD + kk) * 2);
+					bl[2 * nj][0] = r[0]; bl[2 * nj][1] = r[1];
+					bl[2 * nj + 1][0] = r[2]; bl[2 * nj + 1][1] = r[3];
+				}
 			}
 			/* groups are multiples of 32 columns: a group starts at a
 			 * 32-column boundary (P from zero) and ends after one */
@@ -2288,7 +2300,8 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 #pragma unroll
 					for (int ni = 0; ni < 4; ni++) {
 						tg_mma_z(P[mi][ni], a[mi], bh[ni]);
-						tg_mma(P[mi][ni], a[mi], bl[ni]);
+						if constexpr (XT == 2)
+							tg_mma(P[mi][ni], a[mi], bl[ni]);
 					}
 			} else {
 #pragma unroll
@@ -2296,7 +2309,8 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 #pragma unroll
 					for (int ni = 0; ni < 4; ni++) {
 						tg_mma(P[mi][ni], a[mi], bh[ni]);
-						tg_mma(P[mi][ni], a[mi], bl[ni]);
+						if constexpr (XT == 2)
+							tg_mma(P[mi][ni], a[mi], bl[ni]);
 					}
 			}
 			if ((kk & 16) && (k0 + kk + 16) % group == 0) {
@@ -2770,13 +2784,17 @@ static int tg_ok(const kq_matrix *m)
 	return g_gemm_impl != 1 && m->bits >= 2 && !((uintptr_t)m->w & 15);
 }
 
+static int tg_impl(void);
+
 static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *o)
 {
 	if (tg_reserve(tg_ws_bytes(n, cols, group)))
 		return -1;
 	__half *xh = (__half *)g_tg_ws, *xl = xh + (size_t)n * cols;
 	float *xs = (float *)(xl + (size_t)n * cols), *inv = xs + (size_t)n * (cols / group);
-	k_xsplit<<<n, 256, 0, g_stream>>>(x, n, cols, group, bits, xh, xl, xs, inv);
+	/* kc_gemm_impl(10) reads hi only (k steps of 64: tg_launch) */
+	const int one = tg_impl() == 10 && cols % 64 == 0;
+	k_xsplit<<<n, 256, 0, g_stream>>>(x, n, cols, group, bits, xh, one ? NULL : xl, xs, inv);
 	LAUNCHED("k_xsplit");
 	*o = {xh, xl, xs, inv, n, cols, group, bits};
 	return 0;
@@ -2786,7 +2804,7 @@ template <int BITS, class S, int BK, int NT, int BT = 0>
 static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
 {
 	dim3 grid((x.n + NT / 2 - 1) / (NT / 2), tiles, ks);
-	k_gemm_tc<BITS, S, BK, NT, BT><<<grid, NT, tg_smem(BITS, BK, NT), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
+	k_gemm_tc<BITS, S, BK, NT, BT><<<grid, NT, tg_smem(BITS, BK, NT, tg_xt(BT)), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
 										    x.xs, x.inv, x.n);
 	LAUNCHED("k_gemm_tc");
 	return 0;
@@ -2807,7 +2825,9 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
  *    (run 31: 2108 / 15484);
  * 8: 7 with split-K in two where that shortens the launch's waves
  *    (tg_ksplit: 8B q/k/v at n = 512 is 192 blocks on 132 SMs; 340 ->
- *    258 us): 2031 / 15462 (run 31), the default.
+ *    258 us): 2031 / 15462 (run 31), the default;
+ * 10: 8 with x as one f16 term (hi only, no lo): half the mmas and half
+ *    the staged X, at f16's precision for x (kc_gemm_impl(10)).
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
  * more instructions per mma. Rejected in run 31 (470b74a): 9, the GLU in
@@ -2828,7 +2848,7 @@ static int tg_impl(void)
 static int tg_ksplit(const tg_x &x, int tiles)
 {
 	const int half = x.cols / 2;
-	if (tg_impl() != 8 || x.cols % 128 || half % x.group)
+	if ((tg_impl() != 8 && tg_impl() != 10) || x.cols % 128 || half % x.group)
 		return 1;
 	const long b = (long)((x.n + 127) / 128) * tiles, w1 = (b + g_sms - 1) / g_sms,
 		   w2 = (2 * b + g_sms - 1) / g_sms;
@@ -2839,6 +2859,8 @@ template <int BITS, class S>
 static int tg_launch(const tg_mats &M, int tiles, const tg_x &x, int ks)
 {
 	const int impl = tg_impl();
+	if (impl == 10 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256, 15>(M, tiles, x, ks);
 	if (impl == 8 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 7>(M, tiles, x, ks);
 	if (impl == 7 && x.cols % 64 == 0)
@@ -2908,7 +2930,9 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 #define TG_ATTRB(B) \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
-	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256)))
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 15>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+				tg_smem(B, 64, 256, 1)))
 template <class S>
 static int tg_attr(void)
 {

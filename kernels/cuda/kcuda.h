@@ -96,9 +96,14 @@ int kc_linear_reserve(int n, int cols);
  * block where cols % 64 == 0, 6 the same with the bias term on the tensor
  * cores, 7 6 with the scales converted late, 8 7 with split-K in two
  * where it shortens the waves (the output is zeroed, then both halves add
- * into it: deterministic) (tests and benchmarks compare them).
+ * into it: deterministic), 10 8 with x as one f16 term instead of hi + lo
+ * (half the tensor work; x rounded to f16: bf16-class, not f32-class,
+ * accuracy) (tests and benchmarks compare them).
  * impl < 0 only reads; returns the previous setting; not thread-safe. */
 int kc_gemm_impl(int impl);
+/* The variant a user's fast prefill selects (x rounded to f16 before the
+ * GEMM; decode is unaffected): kc_gemm_impl(KC_GEMM_FAST). */
+#define KC_GEMM_FAST 10
 /* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one
  * launch when n == 1 and all have the same cols/bits/group/dtypes;
  * otherwise one kc_linear each. bias[i] and y[i] per matrix. */

@@ -1,12 +1,18 @@
 /* tests/cuda/test_cuda_forward.c — the GPU forward pass against the CPU
  * forward pass (worker/forward.c, reference kernels):
- *   1. prefill logits of the prompt (all positions) agree (normwise 1e-4);
+ *   1. prefill logits of the prompt (all positions) agree (normwise 1e-4;
+ *      TOL_LOGITS_F16X 1e-2 under kc_gemm_impl(10), x rounded to f16: it
+ *      measured 1.0e-3 to 3.7e-3 on the fixture and the random models);
  *   2. 128 greedy tokens: GPU (captured decode step replayed, token chosen
  *      on the device) equals CPU, or first differs where the CPU's top-1
- *      minus top-2 logit is under NEAR_TIE (a near-tie, where the summation
- *      order may legitimately decide);
+ *      minus top-2 logit is under the near-tie margin (where the summation
+ *      order may legitimately decide): NEAR_TIE, or twice the largest
+ *      logit difference check 1 measured where that is more (two logits
+ *      each off by that much can swap; only kc_gemm_impl(10)'s f16 x
+ *      gets there);
  *   3. prefill and decode agree: one GPU prefill over prompt + generated
- *      picks, at every position, the token that decoding picked.
+ *      picks, at every position, the token that decoding picked (or the
+ *      position is a near-tie by the same margin).
  * Models: fixture directories given on the command line (reference
  * prompts from their refs/refs.json), and in-memory random-weight models
  * that switch on every architecture flag (q/k norm, biases, (1+w) and
@@ -32,6 +38,7 @@
 #define GEN 128
 #define NEAR_TIE 0.01f
 #define TOL_LOGITS 1e-4
+#define TOL_LOGITS_F16X 1e-2
 
 static int failures, checks;
 static uint64_t rng = 0x243F6A8885A308D3ull;
@@ -79,21 +86,23 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 	memcpy(cl, cs.logits, (size_t)n * V * 4);
 	if (gpu_forward(g, &gs, ids, n, 1) || gpu_logits(g, &gs, gl, n))
 		die("gpu forward");
-	double num = 0, den = 0;
+	double num = 0, den = 0, dmax = 0;
 	int nonfinite = 0;
 	for (size_t i = 0; i < (size_t)n * V; i++) {
 		if (!isfinite(gl[i]))
 			nonfinite++;
 		double d = (double)gl[i] - cl[i];
 		num += d * d;
+		dmax = fmax(dmax, fabs(d));
 		den += (double)cl[i] * cl[i];
 	}
-	double rel = sqrt(num / (den > 0 ? den : 1));
+	double rel = sqrt(num / (den > 0 ? den : 1)), tol = kc_gemm_impl(-1) == 10 ? TOL_LOGITS_F16X : TOL_LOGITS;
 	checks++;
-	if (nonfinite || !(rel <= TOL_LOGITS)) {
+	if (nonfinite || !(rel <= tol)) {
 		failures++;
-		printf("FAIL %s: prefill logits rel %.3g (tol %.0e), %d non-finite\n", label, rel, TOL_LOGITS, nonfinite);
+		printf("FAIL %s: prefill logits rel %.3g (tol %.0e), %d non-finite\n", label, rel, tol, nonfinite);
 	}
+	const float tie = fmaxf(NEAR_TIE, (float)(2 * dmax));
 	/* 2. greedy: CPU one token at a time; GPU replays the captured step */
 	int cpu[GEN], gpu[GEN];
 	float marg[GEN];
@@ -118,15 +127,15 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 			break;
 		}
 	checks++;
-	if (first >= 0 && marg[first] >= NEAR_TIE) {
+	if (first >= 0 && marg[first] >= tie) {
 		failures++;
-		printf("FAIL %s: greedy differs at step %d (cpu %d gpu %d, cpu margin %.4g)\n", label, first, cpu[first],
-		       gpu[first], (double)marg[first]);
+		printf("FAIL %s: greedy differs at step %d (cpu %d gpu %d, cpu margin %.4g, near-tie under %.3g)\n", label,
+		       first, cpu[first], gpu[first], (double)marg[first], (double)tie);
 	} else {
 		printf("ok   %s: prompt %d tokens, prefill rel %.2g, greedy %s", label, n, rel,
 		       first < 0 ? "identical for 128 tokens" : "diverges at a near-tie");
 		if (first >= 0)
-			printf(" (step %d, margin %.4g)", first, (double)marg[first]);
+			printf(" (step %d, margin %.4g, near-tie under %.3g)", first, (double)marg[first], (double)tie);
 		printf("\n");
 	}
 	/* 3. prefill over prompt + generated agrees with decode */
@@ -139,7 +148,7 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 	int bad = -1;
 	for (int i = 0; i < GEN; i++) {
 		const float *row = gl + (size_t)(n - 1 + i) * V;
-		if (sampler_argmax(row, V) != gpu[i] && margin(row, V) >= NEAR_TIE) {
+		if (sampler_argmax(row, V) != gpu[i] && margin(row, V) >= tie) {
 			bad = i;
 			break;
 		}
@@ -147,7 +156,8 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 	checks++;
 	if (bad >= 0) {
 		failures++;
-		printf("FAIL %s: prefill over the generated ids disagrees with decode at step %d\n", label, bad);
+		printf("FAIL %s: prefill over the generated ids disagrees with decode at step %d (margin %.4g, near-tie "
+		       "under %.3g)\n", label, bad, (double)margin(gl + (size_t)(n - 1 + bad) * V, V), (double)tie);
 	}
 	free(all);
 	free(tmp);

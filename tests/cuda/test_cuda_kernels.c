@@ -15,6 +15,8 @@
  * Tolerance: normwise ||gpu - ref|| / ||ref|| (f32 on both sides, only the
  * summation order differs):
  *   TOL_LINEAR 1e-5   matvec / GEMM / embed (f32 accumulation over cols)
+ *   TOL_GEMM_F16X 2e-3  GEMM under kc_gemm_impl(10): x rounded to f16
+ *                     (unit roundoff 2^-11; bf16's 2^-8 would be 3.9e-3)
  *   TOL_ELEM   2e-6   norms, RoPE, GLU (a handful of f32 ops per element)
  *   TOL_ATT    1e-5   attention (online vs two-pass softmax)
  */
@@ -30,6 +32,7 @@
 #define TOL_LINEAR 1e-5
 #define TOL_ELEM 2e-6
 #define TOL_ATT 1e-5
+#define TOL_GEMM_F16X 2e-3
 
 static int failures, checks;
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -230,14 +233,21 @@ static void test_linear(const kernel_table *R, int rows, int cols, int bits, int
 static const char *gemm_impl_name(void)
 {
 	int i = kc_gemm_impl(-1);
-	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : i == 7 ? "tc128tok+bmma+raw" : i == 8 ? "tc128tok+raw+splitk" : "tc";
+	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : i == 7 ? "tc128tok+bmma+raw" : i == 8 ? "tc128tok+raw+splitk" : i == 10 ? "tc+f16x" : "tc";
+}
+
+/* the tolerance of a GEMM under the current kc_gemm_impl */
+static double gemm_tol(void)
+{
+	return kc_gemm_impl(-1) == 10 ? TOL_GEMM_F16X : TOL_LINEAR;
 }
 
 /* Under kc_gemm_impl(0) a GEMM test runs every tensor-core variant on the
  * same inputs and reference (0: the default, 5: 128 tokens per block, 6:
  * the same with the bias term on the tensor cores, 7: and the scales
  * converted at the fold, 8: and split-K in two where it shortens the
- * waves (small grids: most cases here), 2: k steps of 64, 4: of
+ * waves (small grids: most cases here), 10: and x as one f16 term
+ * (checked against TOL_GEMM_F16X, gemm_tol), 2: k steps of 64, 4: of
  * 32; with multi, 3: one launch per matrix); under any
  * other impl just that one. Returns how many; gemm_impl_at(i) sets the
  * i-th. */
@@ -245,11 +255,11 @@ static int g_impl_base;
 static int gemm_impls(int multi)
 {
 	g_impl_base = kc_gemm_impl(-1);
-	return g_impl_base ? 1 : multi ? 8 : 7;
+	return g_impl_base ? 1 : multi ? 9 : 8;
 }
 static void gemm_impl_at(int i)
 {
-	static const int tc[8] = {0, 5, 6, 7, 8, 2, 4, 3};
+	static const int tc[9] = {0, 5, 6, 7, 8, 10, 2, 4, 3};
 	kc_gemm_impl(g_impl_base ? g_impl_base : tc[i]);
 }
 
@@ -282,11 +292,11 @@ static void test_gemm(const kernel_table *R, int rows, int cols, int bits, int g
 		/* tokens 0-1 apart: the outlier's outputs would hide the others' errors */
 		snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s t0-1", gemm_impl_name(), bits, gs, dtn(sdt),
 			 rows, cols, n, use_bias ? " +bias" : "");
-		compare(name, dy, ref, (size_t)2 * rows, TOL_LINEAR);
+		compare(name, dy, ref, (size_t)2 * rows, gemm_tol());
 		if (n > 2) {
 			snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s", gemm_impl_name(), bits, gs,
 				 dtn(sdt), rows, cols, n, use_bias ? " +bias" : "");
-			compare(name, dy + (size_t)2 * rows, ref + (size_t)2 * rows, (size_t)(n - 2) * rows, TOL_LINEAR);
+			compare(name, dy + (size_t)2 * rows, ref + (size_t)2 * rows, (size_t)(n - 2) * rows, gemm_tol());
 		}
 	}
 	kc_gemm_impl(g_impl_base);
@@ -439,7 +449,7 @@ static void test_fused_rows(const kernel_table *R, int bits, int gs, kdtype sdt,
 			snprintf(name, sizeof(name), "fused %s%s mv%d b%d g%d %s %dx%d n%d part %d of %d",
 				 n == 1 ? "matvec" : "gemm ", n == 1 ? "" : gemm_impl_name(), kc_matvec_impl(-1), bits, gs, dtn(sdt), rows[i],
 				 cols, n, i, count);
-			compare(name, dy[i], ref[i], (size_t)n * rows[i], TOL_LINEAR);
+			compare(name, dy[i], ref[i], (size_t)n * rows[i], gemm_tol());
 		}
 	}
 	if (n > 1)
@@ -544,7 +554,7 @@ static void test_gemm_glu(const kernel_table *R, int rows, int cols, int bits, i
 		char name[112];
 		snprintf(name, sizeof(name), "gemm+glu %s b%d g%d %s %dx%d n%d act %d", gemm_impl_name(), bits, gs,
 			 dtn(sdt), rows, cols, n, act);
-		compare(name, dy, ref, ny, TOL_LINEAR);
+		compare(name, dy, ref, ny, gemm_tol());
 	}
 	kc_gemm_impl(g_impl_base);
 	kc_free(dx); kc_free(dy); kc_free(dz);
