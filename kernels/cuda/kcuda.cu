@@ -66,6 +66,7 @@ static int g_pdl = 1; /* launch_pdl: see "programmatic dependent launch" */
 static int g_pdl_add; /* the same for the residual-adding matvecs (MLXR_CUDA_PDL_ADD=1; off: run 24) */
 static int *g_stage;                      /* [KC_STAGE_SLOTS] pinned host */
 static cudaEvent_t g_stage_ev[KC_STAGE_SLOTS];
+static uint64_t g_path[KC_PATH_COUNT]; /* kc_path_count */
 
 static int fail(const char *what, cudaError_t e)
 {
@@ -76,6 +77,18 @@ static int fail(const char *what, cudaError_t e)
 #define LAUNCHED(name) do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) return fail(name, e_); } while (0)
 
 extern "C" const char *kc_error(void) { return g_err; }
+
+extern "C" uint64_t kc_path_count(kc_path p)
+{
+	return (unsigned)p < KC_PATH_COUNT ? g_path[p] : 0;
+}
+
+extern "C" void kc_path_reset(void)
+{
+	memset(g_path, 0, sizeof(g_path));
+}
+
+extern "C" int kc_sm_count(void) { return g_sms; }
 
 extern "C" int kc_device_count(void)
 {
@@ -88,6 +101,7 @@ extern "C" int kc_device_count(void)
 }
 
 static int mq_init(void);
+static void mi_free(void);
 static int fa_attr(void);
 
 extern "C" int kc_init(int dev)
@@ -111,9 +125,16 @@ extern "C" int kc_init(int dev)
 	/* the runtime finishes its lazy set-up here (context, module load),
 	 * before the caller locks the process down */
 	CK(cudaFree(0));
-	if (mq_init())
+	/* g_mi_x (mq_init) is freed again if this fails after allocating it */
+	if (mq_init()) {
+		mi_free();
 		return -1;
-	CK(cudaStreamSynchronize(g_stream));
+	}
+	const cudaError_t e = cudaStreamSynchronize(g_stream);
+	if (e != cudaSuccess) {
+		mi_free();
+		return fail("cudaStreamSynchronize(g_stream)", e);
+	}
 	g_ready = 1;
 	return 0;
 }
@@ -2571,6 +2592,15 @@ static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
  * k_matvec_i8 to complete before it writes (every PDL-launched kernel
  * between them waits for its own predecessor before it ends). */
 static void *g_mi_x;
+/* Allocated whether or not impls 8-10 will run (kc_matvec_impl may select
+ * them at any time after kc_init, and the sandboxed worker may not
+ * allocate later); freed only when kc_init fails (there is no teardown:
+ * process exit releases it). */
+static void mi_free(void)
+{
+	cudaFree(g_mi_x);
+	g_mi_x = NULL;
+}
 /* PDL on an adding k_matvec_i8 behind its k_mi_prep (MLXR_CUDA_MI_PDL=1;
  * the other adding matvecs stay without it, run 24: see g_pdl_add). Run
  * 30 (us): o 6.85 -> 5.59 with it, down 16.0 -> 17.6; models under impl 8
@@ -2914,6 +2944,7 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 		tiles += (ms[i]->rows + TG_BM - 1) / TG_BM;
 	}
 	const int ks = tg_ksplit(x, tiles);
+	g_path[KC_PATH_SPLITK] += ks > 1;
 	if (ks > 1) /* the halves add into zeros (k_gemm_tc, BT & 4) */
 		for (int i = 0; i < count; i++)
 			CK(cudaMemsetAsync(y[i], 0, (size_t)x.n * ms[i]->rows * 4, g_stream));
@@ -4719,6 +4750,7 @@ extern "C" int kc_qk_rope_attention(float *q, const float *k, const float *v, in
 				    rot_dim};
 		int as = as_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap, max_keys,
 				scratch, rp);
+		g_path[KC_PATH_ROPE_FUSED] += as == 0;
 		if (as <= 0)
 			return as;
 	}

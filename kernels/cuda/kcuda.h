@@ -229,6 +229,28 @@ int kc_qk_rope_attention(float *q, const float *k, const float *v, int n, int nh
  * applies, 1 always the two launches (tests and benchmarks compare them).
  * impl < 0 only reads; returns the previous setting; not thread-safe. */
 int kc_rope_impl(int impl);
+
+/* ---- which path ran (for tests) ----
+ * A fast path and its fallback give the same results within the tests'
+ * tolerances (or bit for bit), so a test cannot tell from the output
+ * alone which one ran. These host-side counters can: each counts the
+ * calls that queued its path, incremented on the host where the launch is
+ * queued (a graph capture counts once; its replays count nothing).
+ * Process-wide, starting at 0, changed only by the calls that count and
+ * by kc_path_reset; not thread-safe. mlxr itself reads none. */
+typedef enum {
+	KC_PATH_SPLITK,     /* a tensor-core GEMM launch split in two along k
+			     * (kc_gemm_impl 8, 10: output zeroed, both halves add) */
+	KC_PATH_ROPE_FUSED, /* kc_qk_rope_attention in one launch (the split
+			     * kernel norms, rotates and appends itself) */
+	KC_PATH_COUNT
+} kc_path;
+/* Calls that took path p since the start or kc_path_reset; 0 for p out of range. */
+uint64_t kc_path_count(kc_path p);
+void kc_path_reset(void);
+/* The SM count of kc_init's device (what kc_gemm_impl 8's choice of
+ * split-K depends on, so a test can tell which shapes split). */
+int kc_sm_count(void);
 /* Greedy token selection on the device: d_out[0] = argmax(logits[vocab])
  * (lowest index on ties, as sampler_argmax), and if d_hist, d_hist[*d_pos]
  * = the token too. */

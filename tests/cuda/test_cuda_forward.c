@@ -70,6 +70,20 @@ static float margin(const float *l, int n)
 	return a - b;
 }
 
+/* Whether decoding takes kc_qk_rope_attention's one launch
+ * (KC_PATH_ROPE_FUSED): under rope impl 0 and an attention impl other than
+ * 1, where the split kernel serves the model's heads (kcuda.h: head_dim
+ * 32, 64, 128 or 256, at most 8 q heads per kv head, at most 64 kv heads;
+ * the forward pass's q, k, v, caches, output and scratch are 16-byte
+ * aligned). Elsewhere it must take the two launches. */
+static int rope_fused_expected(const model *m)
+{
+	const model_config *c = &m->cfg;
+	const int hd = c->head_dim, rep = c->n_heads / c->n_kv_heads;
+	return kc_rope_impl(-1) == 0 && kc_attention_impl(-1) != 1 && rep <= 8 && c->n_kv_heads <= 64 &&
+	       (hd == 32 || hd == 64 || hd == 128 || hd == 256);
+}
+
 /* One model, one prompt. */
 static void check_prompt(const char *label, const model *m, const gpu_model *g, const int *ids, int n)
 {
@@ -84,8 +98,10 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 	if (model_forward(m, &cs, ids, n, 1))
 		die("cpu forward");
 	memcpy(cl, cs.logits, (size_t)n * V * 4);
+	const uint64_t sk = kc_path_count(KC_PATH_SPLITK);
 	if (gpu_forward(g, &gs, ids, n, 1) || gpu_logits(g, &gs, gl, n))
 		die("gpu forward");
+	const uint64_t splitk = kc_path_count(KC_PATH_SPLITK) - sk;
 	double num = 0, den = 0, dmax = 0;
 	int nonfinite = 0;
 	for (size_t i = 0; i < (size_t)n * V; i++) {
@@ -118,8 +134,18 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 	}
 	/* the GPU's logits row 0 must hold the last position: rerun the prompt without all_logits */
 	gpu_state_reset(&gs);
-	if (gpu_forward(g, &gs, ids, n, 0) || gpu_decode_greedy(g, &gs, GEN, gpu))
+	if (gpu_forward(g, &gs, ids, n, 0))
+		die("gpu prefill");
+	const uint64_t fu = kc_path_count(KC_PATH_ROPE_FUSED);
+	if (gpu_decode_greedy(g, &gs, GEN, gpu))
 		die("gpu decode");
+	const int fused = kc_path_count(KC_PATH_ROPE_FUSED) > fu, want = rope_fused_expected(m);
+	checks++;
+	if (fused != want) {
+		failures++;
+		printf("FAIL %s: decode took the %s launch%s of RoPE + attention, not the %s\n", label,
+		       fused ? "one" : "two", fused ? "" : "es", want ? "one launch" : "two launches");
+	}
 	int first = -1;
 	for (int i = 0; i < GEN; i++)
 		if (cpu[i] != gpu[i]) {
@@ -132,7 +158,8 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 		printf("FAIL %s: greedy differs at step %d (cpu %d gpu %d, cpu margin %.4g, near-tie under %.3g)\n", label,
 		       first, cpu[first], gpu[first], (double)marg[first], (double)tie);
 	} else {
-		printf("ok   %s: prompt %d tokens, prefill rel %.2g, greedy %s", label, n, rel,
+		printf("ok   %s: prompt %d tokens, prefill rel %.2g (split-K launches %llu), decode RoPE in %s, greedy %s",
+		       label, n, rel, (unsigned long long)splitk, fused ? "one launch" : "two launches",
 		       first < 0 ? "identical for 128 tokens" : "diverges at a near-tie");
 		if (first >= 0)
 			printf(" (step %d, margin %.4g, near-tie under %.3g)", first, (double)marg[first], (double)tie);
@@ -423,6 +450,7 @@ int main(int argc, char **argv)
 	if (kc_init(0))
 		die("kc_init");
 	impls_from_env(); /* the kernel variants under test (tests/cuda/impl_env.h) */
+	kc_path_reset();
 	for (int i = 1; i < argc; i++)
 		check_fixture(argv[i]);
 	for (size_t i = 0; i < sizeof(synths) / sizeof(synths[0]); i++) {
@@ -442,6 +470,20 @@ int main(int argc, char **argv)
 		}
 		gpu_model_free(&g);
 		unbuild(&m);
+	}
+	/* the prefill GEMMs took split-K somewhere under GEMM_IMPL=8 or 10 (the
+	 * random models' q/k/v and down launches are grids of a few blocks on
+	 * cols that split: on any device of 16 SMs or more), and never under the
+	 * other explicit variants; the default (0) is not checked (its variant
+	 * may change; the counts are in the ok lines) */
+	const int gi = kc_gemm_impl(-1);
+	if (gi) {
+		const int ran = kc_path_count(KC_PATH_SPLITK) > 0;
+		checks++;
+		if (ran != (gi == 8 || gi == 10)) {
+			failures++;
+			printf("FAIL gemm impl %d: split-K %s\n", gi, ran ? "ran" : "never ran");
+		}
 	}
 	printf("%d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;
