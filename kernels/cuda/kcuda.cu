@@ -31,6 +31,8 @@
  *                    inside k_attn_split, kc_qk_rope_attention)
  *   k_attn_flash     prefill attention (n >= 16): 64 (query, head) rows of
  *                    one kv head per block, K/V tiles in shared memory
+ *   k_attn_fa16      the same on the tensor cores, f16 operands (fast
+ *                    prefill: kc_attention_impl 5, 6)
  *   k_attn_chunk     attention over one chunk of keys for one GQA group,
  *   k_attn_dec       online softmax (k_attn_dec: n < 16, three bulk phases);
  *   k_attn_merge     the merge combines the chunks
@@ -4001,6 +4003,302 @@ __global__ void __launch_bounds__(FA_THREADS)
 	}
 }
 
+/* ---- prefill attention on the tensor cores (f16 operands), n >= 16 ----
+ * kc_attention_impl 5 and 6 (KC_ATT_FAST: the fast prefill's choice),
+ * head_dim 64, 128 or 256. Why: k_attn_flash is f32 SIMT at ~10 TF/s
+ * (203 us per 8B layer at 512 tokens, 5.9 ms at 4096: a third of that
+ * prefill); a user who opted into f16 GEMM inputs accepts f16 operands
+ * here too. FlashAttention-2's structure on mma.sync m16n8k16 (f16 in,
+ * f32 accumulate): a block of NW warps owns 16 NW (query, q head) rows of
+ * one kv head, mapped as in k_attn_flash (row r: query q0 + r / rep, head
+ * kh rep + r % rep), each warp 16 of them. Per tile of KT keys (64; 32 at
+ * head_dim 256, where O alone is 128 registers a lane):
+ * - the f32 K/V rows land in shared memory by cp.async (issued one tile
+ *   ahead, while the warps compute on the previous tile), then the block
+ *   converts them once to f16 tiles (rows padded by 8 halves: the 8 rows
+ *   an ldmatrix reads sit in distinct banks). The cache stays f32.
+ * - S = Q K^T: Q's A fragments converted to f16 once (registers; shared
+ *   memory at head_dim 256), K's B fragments by ldmatrix.
+ * - scale, soft-cap, causal and window mask, online softmax in f32
+ *   registers, k_attn_flash's semantics (the exponent in base 2: the max
+ *   and scores are kept multiplied by log2 e; a row's sum stays per lane
+ *   until the end).
+ * - O += P V: P rounded to f16 straight from S's accumulators (the C
+ *   layout of two key n-tiles is the A layout of one k step), V's B
+ *   fragments by ldmatrix.trans.
+ * A warp skips a tile none of its rows may see (the block's first rows
+ * on the causal edge, rows left of a window). Keys past the last visible
+ * one read that row (written, finite; p = 0). Longest query tiles first.
+ * Numerics: q, k, v, p rounded to f16 (unit roundoff 2^-11); every
+ * product and sum in f32 (TOL_ATT_F16 in the tests). */
+#define FT_L2E 1.4426950408889634f
+
+static __host__ __device__ __forceinline__ int ft_kt(int hd) { return hd == 256 ? 32 : 64; }
+
+static size_t ft_smem(int hd, int nw)
+{
+	const size_t kt = (size_t)ft_kt(hd), ldh = (size_t)hd + 8;
+	return 2 * kt * hd * sizeof(float) + 2 * kt * ldh * sizeof(__half) +
+	       (hd > 128 ? (size_t)16 * nw * ldh * sizeof(__half) : 0);
+}
+
+static __device__ __forceinline__ void ft_ldsm4t(uint32_t (&r)[4], uint32_t addr)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(addr));
+}
+
+static __device__ __forceinline__ uint32_t ft_h2(float lo, float hi)
+{
+	__half2 h = __floats2half2_rn(lo, hi);
+	return *(uint32_t *)&h;
+}
+
+template <int HD, int NW>
+__global__ void __launch_bounds__(32 * NW)
+	k_attn_fa16(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
+		    float *__restrict__ out, int n, int nh, int nkv, float scale, int window, float softcap,
+		    const int *d_pos)
+{
+	constexpr int KT = HD == 256 ? 32 : 64; /* = ft_kt(HD) */
+	constexpr int LDH = HD + 8, NT = 32 * NW, ROWS = 16 * NW, HD4 = HD / 4;
+	constexpr int NKS = HD / 16; /* k steps of S = Q K^T */
+	constexpr int NKN = KT / 8;  /* key n-tiles of S */
+	constexpr int NDN = HD / 8;  /* dim n-tiles of O */
+	constexpr bool QS = HD > 128; /* Q fragments from shared memory */
+	pdl_trigger();
+	pdl_wait();
+	extern __shared__ __align__(16) unsigned char ftsm[];
+	float *Lk = (float *)ftsm, *Lv = Lk + KT * HD;
+	__half *Kh = (__half *)(Lv + KT * HD), *Vh = Kh + KT * LDH, *Qh = Vh + KT * LDH;
+	const int rep = nh / nkv, bq = ROWS / rep, R = bq * rep;
+	const int qt = (int)gridDim.x - 1 - (int)blockIdx.x, kh = blockIdx.y, q0 = qt * bq;
+	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+	const int pos0 = *d_pos;
+	const int kend = pos0 + min(q0 + bq - 1, n - 1); /* last key any row sees */
+	const int kbeg = window > 0 && pos0 + q0 - window + 1 > 0 ? pos0 + q0 - window + 1 : 0;
+	const int nt = (kend - kbeg) / KT + 1;
+	auto issue = [&](int it) {
+		const int j0 = kbeg + it * KT;
+#pragma unroll 4
+		for (int i = tid; i < KT * HD4; i += NT) {
+			const int jj = i / HD4, d4 = i - jj * HD4, j = min(j0 + jj, kend);
+			const size_t off = ((size_t)j * nkv + kh) * HD + d4 * 4;
+			cp_async<16>(smem_u32(Lk + i * 4), kc + off);
+			cp_async<16>(smem_u32(Lv + i * 4), vc + off);
+		}
+	};
+	issue(0);
+	cp_commit();
+	/* this lane's rows: g (h = 0) and g + 8 (h = 1) of the warp's 16;
+	 * padding rows (r >= R, t >= n) take the last real row's position */
+	int rp[2], rlo[2];
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const int r = min(warp * 16 + g + 8 * h, R - 1), t = min(q0 + r / rep, n - 1);
+		rp[h] = pos0 + t;
+		rlo[h] = window > 0 && rp[h] - window + 1 > 0 ? rp[h] - window + 1 : 0;
+	}
+	/* the keys any of the warp's rows sees: [wlo, whi] */
+	const int whi = pos0 + min(q0 + min(warp * 16 + 15, R - 1) / rep, n - 1);
+	const int wq = pos0 + min(q0 + min(warp * 16, R - 1) / rep, n - 1);
+	const int wlo = window > 0 && wq - window + 1 > 0 ? wq - window + 1 : 0;
+	/* Q to f16 A fragments: a0 (row g, dims 2tq..+1), a1 (row g + 8), a2
+	 * and a3 the same 8 dims on; zero for padding rows */
+	uint32_t qf[QS ? 1 : NKS][4];
+	if constexpr (!QS) {
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const int r = warp * 16 + g + 8 * h, t = q0 + r / rep;
+			const bool ok = r < R && t < n;
+			const float *qp = q + ((size_t)(ok ? t : 0) * nh + kh * rep + (ok ? r % rep : 0)) * HD + 2 * tq;
+#pragma unroll
+			for (int ks = 0; ks < NKS; ks++)
+#pragma unroll
+				for (int c = 0; c < 2; c++) {
+					float2 v = make_float2(0.0f, 0.0f);
+					if (ok)
+						v = *(const float2 *)(qp + ks * 16 + c * 8);
+					qf[ks][h + 2 * c] = ft_h2(v.x, v.y);
+				}
+		}
+	} else {
+		/* the warp's 16 rows into Qh (read back by this warp only) */
+		for (int i = lane; i < 16 * HD4; i += 32) {
+			const int rr = i / HD4, d4 = i - rr * HD4, r = warp * 16 + rr, t = q0 + r / rep;
+			float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			if (r < R && t < n)
+				v = *(const float4 *)(q + ((size_t)t * nh + kh * rep + r % rep) * HD + d4 * 4);
+			*(uint2 *)(Qh + r * LDH + d4 * 4) = make_uint2(ft_h2(v.x, v.y), ft_h2(v.z, v.w));
+		}
+		__syncwarp();
+		qf[0][0] = qf[0][1] = qf[0][2] = qf[0][3] = 0;
+	}
+	float o[NDN][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+	for (int d = 0; d < NDN; d++)
+#pragma unroll
+		for (int c = 0; c < 4; c++)
+			o[d][c] = 0.0f;
+	for (int it = 0; it < nt; it++) {
+		cp_wait<0>();
+		__syncthreads(); /* tile it landed; every warp is done with the f16 tiles of it - 1 */
+#pragma unroll 4
+		for (int i = tid; i < KT * HD4; i += NT) {
+			const int jj = i / HD4, d4 = i - jj * HD4;
+			const float4 a = *(const float4 *)(Lk + i * 4), b = *(const float4 *)(Lv + i * 4);
+			*(uint2 *)(Kh + jj * LDH + d4 * 4) = make_uint2(ft_h2(a.x, a.y), ft_h2(a.z, a.w));
+			*(uint2 *)(Vh + jj * LDH + d4 * 4) = make_uint2(ft_h2(b.x, b.y), ft_h2(b.z, b.w));
+		}
+		__syncthreads(); /* f16 tiles visible; the landing buffers are free */
+		if (it + 1 < nt)
+			issue(it + 1);
+		cp_commit();
+		const int j0 = kbeg + it * KT;
+		if (j0 > whi || j0 + KT - 1 < wlo)
+			continue; /* no row of this warp sees a key of this tile */
+		float s[NKN][4];
+#pragma unroll
+		for (int j = 0; j < NKN; j++)
+#pragma unroll
+			for (int c = 0; c < 4; c++)
+				s[j][c] = 0.0f;
+#pragma unroll
+		for (int ks = 0; ks < NKS; ks++) {
+			uint32_t a[4];
+			if constexpr (QS)
+				ldsm4(a, smem_u32(Qh + (warp * 16 + (lane & 15)) * LDH + ks * 16 + (lane >> 4) * 8));
+			else
+#pragma unroll
+				for (int c = 0; c < 4; c++)
+					a[c] = qf[ks][c];
+#pragma unroll
+			for (int jp = 0; jp < NKN / 2; jp++) {
+				/* matrices: keys 16jp + 0..7 / 8..15 (lane >> 4) x dims +0 / +8 ((lane >> 3) & 1) */
+				uint32_t b[4];
+				ldsm4(b, smem_u32(Kh + (jp * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDH + ks * 16 +
+						  ((lane >> 3) & 1) * 8));
+				const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+				tg_mma(s[2 * jp], a, b0);
+				tg_mma(s[2 * jp + 1], a, b1);
+			}
+		}
+		/* s[j][c]: row g + 8 (c >> 1), key j0 + 8 j + 2 tq + (c & 1) */
+		float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+		for (int j = 0; j < NKN; j++)
+#pragma unroll
+			for (int c = 0; c < 4; c++) {
+				const int h = c >> 1, key = j0 + 8 * j + 2 * tq + (c & 1);
+				float v = s[j][c] * scale;
+				if (softcap > 0.0f)
+					v = softcap * tanhf(v / softcap);
+				v *= FT_L2E;
+				if (key > rp[h] || key < rlo[h])
+					v = -INFINITY;
+				s[j][c] = v;
+				mx[h] = fmaxf(mx[h], v);
+			}
+		float al[2], mn[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+			mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+			mn[h] = fmaxf(m[h], mx[h]);
+			al[h] = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - mn[h]);
+			m[h] = mn[h];
+		}
+#pragma unroll
+		for (int j = 0; j < NKN; j++)
+#pragma unroll
+			for (int c = 0; c < 4; c++) {
+				const int h = c >> 1;
+				s[j][c] = s[j][c] == -INFINITY ? 0.0f : exp2f(s[j][c] - mn[h]);
+				sum[h] += s[j][c];
+			}
+#pragma unroll
+		for (int h = 0; h < 2; h++)
+			l[h] = l[h] * al[h] + sum[h];
+#pragma unroll
+		for (int d = 0; d < NDN; d++) {
+			o[d][0] *= al[0];
+			o[d][1] *= al[0];
+			o[d][2] *= al[1];
+			o[d][3] *= al[1];
+		}
+#pragma unroll
+		for (int kk = 0; kk < KT / 16; kk++) {
+			const uint32_t a[4] = {ft_h2(s[2 * kk][0], s[2 * kk][1]), ft_h2(s[2 * kk][2], s[2 * kk][3]),
+					       ft_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+					       ft_h2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+			for (int dp = 0; dp < NDN / 2; dp++) {
+				/* matrices (transposed): keys 16kk + 0..7 / 8..15 ((lane >> 3) & 1) x dims 16dp + 0 / 8 (lane >> 4) */
+				uint32_t b[4];
+				ft_ldsm4t(b, smem_u32(Vh + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + dp * 16 +
+						      (lane >> 4) * 8));
+				const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+				tg_mma(o[2 * dp], a, b0);
+				tg_mma(o[2 * dp + 1], a, b1);
+			}
+		}
+	}
+	cp_wait<0>(); /* the last (empty) group */
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+		l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+		const int r = warp * 16 + g + 8 * h, t = q0 + r / rep;
+		if (r >= R || t >= n)
+			continue;
+		const float inv = 1.0f / l[h];
+		float *op = out + ((size_t)t * nh + kh * rep + r % rep) * HD + 2 * tq;
+#pragma unroll
+		for (int d = 0; d < NDN; d++)
+			*(float2 *)(op + 8 * d) = make_float2(o[d][2 * h] * inv, o[d][2 * h + 1] * inv);
+	}
+}
+
+/* k_attn_fa16 (kc_attention_impl 5: 4 warps, 64 rows a block; 6: 8 warps,
+ * 128 rows) where head_dim is 64, 128 or 256 and rep fits a block's rows;
+ * 1 (not launched) elsewhere: the caller takes k_attn_flash. The caller
+ * checked n >= 16 and the 16-byte alignment. */
+template <int HD, int NW>
+static void ft_launch(dim3 grid, const float *q, const float *kcache, const float *vcache, float *out, int n,
+		      const int *d_pos, int nh, int nkv, float scale, int window, float softcap)
+{
+	k_attn_fa16<HD, NW><<<grid, 32 * NW, ft_smem(HD, NW), g_stream>>>(q, kcache, vcache, out, n, nh, nkv, scale,
+									   window, softcap, d_pos);
+}
+
+template <int NW>
+static int ft_try_nw(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
+		     int nh, int nkv, int hd, float scale, int window, float softcap)
+{
+	const int rep = nh / nkv, bq = 16 * NW / rep;
+	if ((hd != 64 && hd != 128 && hd != 256) || bq < 1)
+		return 1;
+	dim3 grid((n + bq - 1) / bq, nkv);
+	if (hd == 64)
+		ft_launch<64, NW>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
+	else if (hd == 128)
+		ft_launch<128, NW>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
+	else
+		ft_launch<256, NW>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
+	LAUNCHED("k_attn_fa16");
+	g_path[KC_PATH_ATT_F16]++;
+	return 0;
+}
+
+template <int HD, int NW>
+static int ft_attr1(void)
+{
+	CK(cudaFuncSetAttribute(k_attn_fa16<HD, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				(int)ft_smem(HD, NW)));
+	return 0;
+}
+
 static int g_att_impl; /* kc_attention_impl */
 
 extern "C" int kc_attention_impl(int impl)
@@ -4013,11 +4311,13 @@ static int fa_attr(void)
 	CK(cudaFuncSetAttribute(k_attn_flash<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(64)));
 	CK(cudaFuncSetAttribute(k_attn_flash<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(128)));
 	CK(cudaFuncSetAttribute(k_attn_flash<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(256)));
-	return 0;
+	return ft_attr1<64, 4>() || ft_attr1<128, 4>() || ft_attr1<256, 4>() || ft_attr1<64, 8>() ||
+	       ft_attr1<128, 8>() || ft_attr1<256, 8>() ? -1 : 0;
 }
 
 /* n >= 16 queries, head_dim a multiple of 4 up to 256, rep <= 64, every
- * pointer 16-byte aligned; else the chunk kernels */
+ * pointer 16-byte aligned; else the chunk kernels. Under kc_attention_impl
+ * 5 / 6, k_attn_fa16 where it applies (ft_try_nw), else k_attn_flash. */
 static int fa_try(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
 		  int nh, int nkv, int hd, float scale, int window, float softcap)
 {
@@ -4025,6 +4325,13 @@ static int fa_try(const float *q, const float *kcache, const float *vcache, floa
 	if (g_att_impl == 1 || n < 16 || hd % 4 || hd > 256 || rep > FA_R ||
 	    (((uintptr_t)q | (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)out) & 15))
 		return 1;
+	if (g_att_impl == 5 || g_att_impl == 6) {
+		const int ft = g_att_impl == 5
+				       ? ft_try_nw<4>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap)
+				       : ft_try_nw<8>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap);
+		if (ft <= 0)
+			return ft;
+	}
 	const int bq = FA_R / rep;
 	dim3 grid((n + bq - 1) / bq, nkv);
 	const size_t smem = fa_smem(hd);

@@ -208,10 +208,18 @@ int kc_attention(const float *q, const float *kcache, const float *vcache, float
  * and the split kernel for n == 1; 1 the chunk kernels for every n (tests
  * and benchmarks compare them); 2 as 0 with twice the split kernel's
  * blocks (benchmarks); 3 as 0 with run 22's split kernel (no pipelined
- * loads, two-pass merge), 4 as 0 without the pipelined loads (benchmarks).
- * impl < 0 only reads; returns the previous setting;
+ * loads, two-pass merge), 4 as 0 without the pipelined loads (benchmarks);
+ * 5 as 0 with n >= 16 on the tensor cores where head_dim is 64, 128 or
+ * 256 (elsewhere the tiled kernel): q, the K/V rows (the cache itself
+ * stays f32) and the softmax weights rounded to f16, f32 accumulation and
+ * softmax (bf16-class accuracy, not f32-class; the fast prefill's choice,
+ * KC_ATT_FAST), 6 as 5 with 128 instead of 64 (query, head) rows per
+ * block (benchmarks). impl < 0 only reads; returns the previous setting;
  * not thread-safe. */
 int kc_attention_impl(int impl);
+/* The variant a user's fast prefill selects with KC_GEMM_FAST (decode is
+ * unaffected): kc_attention_impl(KC_ATT_FAST). */
+#define KC_ATT_FAST 5
 /* kc_qk_rope_append then kc_attention (the same arguments; q, k, v as
  * kc_qk_rope_append's, out, scale .. scratch as kc_attention's). For n == 1
  * where kc_attention takes the split kernel, one launch: that kernel norms
@@ -243,6 +251,8 @@ typedef enum {
 			     * (kc_gemm_impl 8, 10: output zeroed, both halves add) */
 	KC_PATH_ROPE_FUSED, /* kc_qk_rope_attention in one launch (the split
 			     * kernel norms, rotates and appends itself) */
+	KC_PATH_ATT_F16,    /* kc_attention on the tensor cores (k_attn_fa16,
+			     * kc_attention_impl 5, 6) */
 	KC_PATH_COUNT
 } kc_path;
 /* Calls that took path p since the start or kc_path_reset; 0 for p out of range. */

@@ -19,6 +19,10 @@
  *                     (unit roundoff 2^-11; bf16's 2^-8 would be 3.9e-3)
  *   TOL_ELEM   2e-6   norms, RoPE, GLU (a handful of f32 ops per element)
  *   TOL_ATT    1e-5   attention (online vs two-pass softmax)
+ *   TOL_ATT_F16 2e-3  prefill attention under kc_attention_impl 5, 6: q, k,
+ *                     v and the softmax weights rounded to f16 (unit
+ *                     roundoff 2^-11 = 4.9e-4 each; a lane-level emulation
+ *                     of the kernel gave 2.8e-4..3.5e-4 on these inputs)
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +37,7 @@
 #define TOL_ELEM 2e-6
 #define TOL_ATT 1e-5
 #define TOL_GEMM_F16X 2e-3
+#define TOL_ATT_F16 2e-3
 
 static int failures, checks;
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -928,9 +933,27 @@ static void test_glu(const kernel_table *R, int act)
 	free(g); free(u); free(ref);
 }
 
-/* ctx = the cache size (max_keys): keys + spare */
-static void test_attention_ctx(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window,
-			       float softcap, int spare)
+/* kc_attention_impl 5 and 6 take k_attn_fa16 (f16 operands) exactly here
+ * (kcuda.h: n >= 16, head_dim 64, 128 or 256; rep <= 64 as the tiled kernel) */
+static int att_f16_expected(int impl, int n, int nh, int nkv, int hd)
+{
+	return (impl == 5 || impl == 6) && n >= 16 && (hd == 64 || hd == 128 || hd == 256) && nh / nkv <= 64;
+}
+
+static const char *att_impl_name(int impl)
+{
+	static const char *names[] = {"", " chunk", " split x2", " split run22", " split nopipe", " fa16", " fa16 w8"};
+	return impl >= 0 && impl < 7 ? names[impl] : " ?";
+}
+
+/* One set of inputs and one CPU reference, then kc_attention under each of
+ * impls[0..ni) (the output poisoned before each), every run against the
+ * reference: TOL_ATT_F16 where the case claims the tensor-core kernel
+ * (att_f16_expected; checked through kc_path_count(KC_PATH_ATT_F16): +1
+ * there, +0 elsewhere), TOL_ATT elsewhere. The impl in force at entry is
+ * restored. ctx = the cache size (max_keys): keys + spare. */
+static void test_attention_impls(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window,
+				 float softcap, int spare, const int *impls, int ni)
 {
 	int keys = pos0 + n, ctx = keys + spare;
 	size_t qn = (size_t)n * nh * hd, cn = (size_t)ctx * nkv * hd;
@@ -946,22 +969,50 @@ static void test_attention_ctx(const kernel_table *R, int n, int pos0, int nh, i
 	if (kc_upload(dpos, &pos0, sizeof(int)))
 		die("upload");
 	void *sc = dalloc(kc_attention_scratch(n, nh, hd, ctx));
-	poison(dy, qn * 4);
-	poison(sc, kc_attention_scratch(n, nh, hd, ctx));
-	if (kc_attention(dq, dk, dv, dy, n, dpos, nh, nkv, hd, scale, window, softcap, ctx, sc))
-		die("kc_attention");
-	char name[96];
-	int impl = kc_attention_impl(-1);
-	snprintf(name, sizeof(name), "attention%s n%d pos%d ctx%d h%d/%d hd%d win%d cap%g",
-		 impl == 1 ? " chunk" : impl == 2 ? " split x2" : impl == 3 ? " split run22" : impl == 4 ? " split nopipe" : "", n, pos0, ctx, nh, nkv, hd, window, (double)softcap);
-	compare(name, dy, ref, qn, TOL_ATT);
+	const int impl0 = kc_attention_impl(-1);
+	for (int i = 0; i < ni; i++) {
+		const int impl = impls[i], f16 = att_f16_expected(impl, n, nh, nkv, hd);
+		kc_attention_impl(impl);
+		poison(dy, qn * 4);
+		poison(sc, kc_attention_scratch(n, nh, hd, ctx));
+		const uint64_t before = kc_path_count(KC_PATH_ATT_F16);
+		if (kc_attention(dq, dk, dv, dy, n, dpos, nh, nkv, hd, scale, window, softcap, ctx, sc))
+			die("kc_attention");
+		char name[112];
+		snprintf(name, sizeof(name), "attention%s n%d pos%d ctx%d h%d/%d hd%d win%d cap%g", att_impl_name(impl), n,
+			 pos0, ctx, nh, nkv, hd, window, (double)softcap);
+		compare(name, dy, ref, qn, f16 ? TOL_ATT_F16 : TOL_ATT);
+		const uint64_t ran = kc_path_count(KC_PATH_ATT_F16) - before;
+		snprintf(name, sizeof(name), "attention%s n%d h%d/%d hd%d took %s", att_impl_name(impl), n, nh, nkv, hd,
+			 f16 ? "the tensor-core kernel once" : "no tensor-core kernel");
+		expect(ran == (uint64_t)f16, name);
+	}
+	kc_attention_impl(impl0);
 	kc_free(dq); kc_free(dk); kc_free(dv); kc_free(dy); kc_free(dpos); kc_free(sc);
 	free(q); free(k); free(v); free(ref); free(scratch);
+}
+
+/* the impl in force, on a cache of keys + spare rows */
+static void test_attention_ctx(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window,
+			       float softcap, int spare)
+{
+	const int impl = kc_attention_impl(-1);
+	test_attention_impls(R, n, pos0, nh, nkv, hd, window, softcap, spare, &impl, 1);
 }
 
 static void test_attention(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window, float softcap)
 {
 	test_attention_ctx(R, n, pos0, nh, nkv, hd, window, softcap, 5);
+}
+
+/* prefill (n >= 16): the tiled kernel (impl 0), the chunk kernels (1) and
+ * the tensor-core kernel with 64 and 128 rows a block (5, 6) on one
+ * reference */
+static void test_prefill_attention(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window,
+				   float softcap)
+{
+	static const int impls[] = {0, 1, 5, 6};
+	test_attention_impls(R, n, pos0, nh, nkv, hd, window, softcap, 5, impls, 4);
 }
 
 /* Two device buffers of n floats equal bit for bit. */
@@ -1383,18 +1434,34 @@ att:
 	for (int act = 0; act < 3; act++)
 		test_glu(R, act);
 	/* prefill (n >= 16) takes the tiled kernel; the same cases and an
-	 * 8B-like prompt on it, then on the chunk kernels */
-	for (int impl = 0; impl < 2; impl++) {
-		kc_attention_impl(impl);
-		test_attention(R, 37, 5, 4, 1, 64, 16, 50.0f);    /* window, softcap */
-		test_attention(R, 20, 0, 16, 1, 256, 0, 0);       /* rep 16, head_dim 256 */
-		test_attention(R, 300, 20, 6, 2, 96, 0, 0);       /* rep 3 (21 queries per block), head_dim 96 */
-		test_attention(R, 70, 600, 8, 8, 32, 100, 0);     /* MHA, window across tiles */
-		test_attention(R, 530, 0, 32, 8, 128, 0, 0);      /* 8B heads, partial last tile */
-		test_attention(R, 1024, 0, 32, 8, 64, 0, 0);      /* a 1024-token prefill call (SESSION_PREFILL_BATCH_GPU) */
-		test_attention(R, 1024, 1024, 32, 8, 64, 0, 0);   /* its second call, after 1024 cached keys */
-		test_attention(R, 65, 1000, 12, 4, 80, 300, 0);   /* head_dim 80, window, a later chunk of a prompt */
-	}
+	 * 8B-like prompt on it, on the chunk kernels and on the tensor-core
+	 * kernel (impls 5, 6: head_dim 64/128/256; the others fall back to the
+	 * tiled kernel, and the case checks that they did). For the tensor-core
+	 * kernel: GQA rep 1/2/3/4/8/16, head_dim 64/128/256, windows inside a
+	 * tile and across tiles, soft-cap, n = 16 and n not a multiple of 16 or
+	 * of the 64-key tile, pos0 > 0 (a later chunk of a prompt), partial
+	 * last row blocks (rep 3: 21 or 42 queries a block, 63 or 126 rows). */
+	test_prefill_attention(R, 37, 5, 4, 1, 64, 16, 50.0f);    /* window, softcap */
+	test_prefill_attention(R, 20, 0, 16, 1, 256, 0, 0);       /* rep 16, head_dim 256 */
+	test_prefill_attention(R, 300, 20, 6, 2, 96, 0, 0);       /* rep 3 (21 queries per block), head_dim 96 */
+	test_prefill_attention(R, 70, 600, 8, 8, 32, 100, 0);     /* MHA, window across tiles */
+	test_prefill_attention(R, 530, 0, 32, 8, 128, 0, 0);      /* 8B heads, partial last tile */
+	test_prefill_attention(R, 1024, 0, 32, 8, 64, 0, 0);      /* a 1024-token prefill call (SESSION_PREFILL_BATCH_GPU) */
+	test_prefill_attention(R, 1024, 1024, 32, 8, 64, 0, 0);   /* its second call, after 1024 cached keys */
+	test_prefill_attention(R, 65, 1000, 12, 4, 80, 300, 0);   /* head_dim 80, window, a later chunk of a prompt */
+	test_prefill_attention(R, 16, 0, 32, 8, 128, 0, 0);       /* n = 16: one row block */
+	test_prefill_attention(R, 16, 4000, 32, 8, 128, 0, 0);    /* n = 16 after 4000 cached keys */
+	test_prefill_attention(R, 100, 37, 8, 8, 128, 0, 0);      /* MHA (rep 1: 64 queries a block), odd pos0 */
+	test_prefill_attention(R, 129, 0, 8, 8, 64, 50, 0);       /* MHA, window 50 inside the 64-key tiles */
+	test_prefill_attention(R, 77, 0, 16, 2, 128, 0, 30.0f);   /* rep 8, softcap */
+	test_prefill_attention(R, 513, 100, 32, 4, 128, 1000, 0); /* rep 8, window of 1000 across many tiles */
+	test_prefill_attention(R, 150, 3, 12, 4, 64, 0, 0);       /* rep 3: 63 of 64 rows (126 of 128) */
+	test_prefill_attention(R, 24, 7, 4, 2, 64, 0, 0);         /* rep 2 */
+	test_prefill_attention(R, 200, 300, 16, 2, 256, 64, 50.0f); /* rep 8, head_dim 256, window, softcap */
+	test_prefill_attention(R, 333, 1, 4, 4, 256, 0, 0);       /* MHA head_dim 256 (32-key tiles) */
+	test_prefill_attention(R, 45, 90, 8, 2, 256, 7, 0);       /* rep 4, head_dim 256, window 7 */
+	test_prefill_attention(R, 1000, 24, 32, 8, 128, 0, 0);    /* 8B heads, 1000 queries after 24 keys */
+	test_prefill_attention(R, 300, 0, 8, 1, 128, 0, 0);       /* rep 8 over one kv head */
 	/* decode (n = 1): the split kernel (impl 0, 2 with twice its blocks, 3
 	 * run 22's kernel without the pipelined loads and online merge, 4 without
 	 * the pipelined loads) and the
@@ -1437,6 +1504,12 @@ att:
 		test_attention(R, 1, 4096, 8, 8, 32, 0, 0);            /* 4097, MHA head_dim 32 */
 		test_attention(R, 1, 4999, 32, 8, 128, 2000, 30.0f);   /* window 2000 at 5000, softcap */
 	}
+	/* decode under the fast prefill's impl: the default kernels (split,
+	 * k_attn_dec for n < 16, the one fused launch), none on the tensor cores */
+	kc_attention_impl(KC_ATT_FAST);
+	test_attention(R, 1, 4095, 32, 8, 128, 0, 0);          /* 4096, 8B: the split kernel */
+	test_attention(R, 9, 200, 8, 2, 128, 0, 0);            /* 9 queries: k_attn_dec */
+	test_rope_attention(R, 4095, 32, 8, 128, 128, 1, 1.0f, 0, 0, 1);
 	kc_attention_impl(0);
 	test_attention(R, 1, 0, 4, 2, 64, 0, 0);          /* first token */
 	test_attention(R, 1, 300, 8, 2, 128, 0, 0);       /* decode, GQA 4 */
