@@ -32,7 +32,7 @@
  *   k_attn_flash     prefill attention (n >= 16): 64 (query, head) rows of
  *                    one kv head per block, K/V tiles in shared memory
  *   k_attn_fa16      the same on the tensor cores, f16 operands (fast
- *                    prefill: kc_attention_impl 5, 6)
+ *                    prefill: kc_attention_impl 6; 5 with 64 rows a block)
  *   k_attn_chunk     attention over one chunk of keys for one GQA group,
  *   k_attn_dec       online softmax (k_attn_dec: n < 16, three bulk phases);
  *   k_attn_merge     the merge combines the chunks
@@ -4004,11 +4004,14 @@ __global__ void __launch_bounds__(FA_THREADS)
 }
 
 /* ---- prefill attention on the tensor cores (f16 operands), n >= 16 ----
- * kc_attention_impl 5 and 6 (KC_ATT_FAST: the fast prefill's choice),
- * head_dim 64, 128 or 256. Why: k_attn_flash is f32 SIMT at ~10 TF/s
- * (203 us per 8B layer at 512 tokens, 5.9 ms at 4096: a third of that
- * prefill); a user who opted into f16 GEMM inputs accepts f16 operands
- * here too. FlashAttention-2's structure on mma.sync m16n8k16 (f16 in,
+ * kc_attention_impl 5 (NW = 4 warps) and 6 (NW = 8, KC_ATT_FAST: the
+ * fast prefill's choice), head_dim 64, 128 or 256. Why: k_attn_flash is
+ * f32 SIMT at 11-23 TF/s (198 us per 8B layer at 512 tokens, 5.9 ms at
+ * 4096: a third of that prefill); a user who opted into f16 GEMM inputs
+ * accepts f16 operands here too. Measured (H200, 8B heads, cuda-bench
+ * gemm, NOTES "fa16"): NW 4 42 us at 512, 1000 us at 4096 (137 TF/s); NW 8
+ * 38 / 896 us (153 TF/s): 5.2x / 6.6x k_attn_flash; 128 rows halve the
+ * f32 K/V bytes each row needs from L2. FlashAttention-2's structure on mma.sync m16n8k16 (f16 in,
  * f32 accumulate): a block of NW warps owns 16 NW (query, q head) rows of
  * one kv head, mapped as in k_attn_flash (row r: query q0 + r / rep, head
  * kh rep + r % rep), each warp 16 of them. Per tile of KT keys (64; 32 at

@@ -212,14 +212,14 @@ int kc_attention(const float *q, const float *kcache, const float *vcache, float
  * 5 as 0 with n >= 16 on the tensor cores where head_dim is 64, 128 or
  * 256 (elsewhere the tiled kernel): q, the K/V rows (the cache itself
  * stays f32) and the softmax weights rounded to f16, f32 accumulation and
- * softmax (bf16-class accuracy, not f32-class; the fast prefill's choice,
- * KC_ATT_FAST), 6 as 5 with 128 instead of 64 (query, head) rows per
- * block (benchmarks). impl < 0 only reads; returns the previous setting;
- * not thread-safe. */
+ * softmax (f16-class accuracy, not f32-class), 64 (query, head) rows per
+ * block (benchmarks); 6 as 5 with 128 rows per block (the fast prefill's
+ * choice, KC_ATT_FAST). impl < 0 only reads; returns the previous
+ * setting; not thread-safe. */
 int kc_attention_impl(int impl);
 /* The variant a user's fast prefill selects with KC_GEMM_FAST (decode is
  * unaffected): kc_attention_impl(KC_ATT_FAST). */
-#define KC_ATT_FAST 5
+#define KC_ATT_FAST 6
 /* kc_qk_rope_append then kc_attention (the same arguments; q, k, v as
  * kc_qk_rope_append's, out, scale .. scratch as kc_attention's). For n == 1
  * where kc_attention takes the split kernel, one launch: that kernel norms

@@ -22,7 +22,8 @@
  *   TOL_ATT_F16 2e-3  prefill attention under kc_attention_impl 5, 6: q, k,
  *                     v and the softmax weights rounded to f16 (unit
  *                     roundoff 2^-11 = 4.9e-4 each; a lane-level emulation
- *                     of the kernel gave 2.8e-4..3.5e-4 on these inputs)
+ *                     of the kernel gave 2.8e-4..3.5e-4 on these inputs,
+ *                     the H200 2.7e-4..3.8e-4 on every case here)
  */
 #include <math.h>
 #include <stdio.h>
