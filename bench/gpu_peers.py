@@ -82,6 +82,7 @@ def engine_runs(eng, shape, mdir, a, peers):
         if not ok:
             return dict(engine="mlxr", error=raw[0].get("error"), stderr=raw[0].get("stderr"), raw=raw)
         return dict(engine="mlxr", version=a.mlxr_version, device=ok[0].get("device"), kernels=ok[0].get("kernels"),
+                    prefill_x=ok[0].get("prefill_x"),
                     load_s=ok[0]["load_s"],
                     prefill={str(r["prefill_tokens"]): r["prefill_tok_s"] for r in ok},
                     decode={"16": statistics.mean(r["decode_tok_s"] for r in ok),
