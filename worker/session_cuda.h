@@ -16,8 +16,9 @@ extern const session_gpu session_cuda;
  * after the GPU worker's Landlock step and before its seccomp step. */
 int session_cuda_init(char *err, size_t errlen);
 /* --fast-prefill: every prefill GEMM (n > 1 tokens, quantized weights)
- * from now on rounds x to f16 instead of splitting it into f16 hi + lo
- * (kc_gemm_impl(KC_GEMM_FAST): about half the tensor-core work; prefill
+ * from now on rounds x to f16 instead of splitting it into f16 hi + lo,
+ * and the dequantized weights to f16 (kc_gemm_impl(KC_GEMM_FAST): about
+ * half the tensor-core work, no per-group fold, 2 blocks per SM; prefill
  * logits ~1e-3..4e-3 normwise from the CPU's instead of < 1e-4; decode is
  * unaffected). Call once, before the model is opened: LOAD's warm-up
  * then runs the variant every later prefill takes, before the seccomp

@@ -15,7 +15,8 @@
  * Tolerance: normwise ||gpu - ref|| / ||ref|| (f32 on both sides, only the
  * summation order differs):
  *   TOL_LINEAR 1e-5   matvec / GEMM / embed (f32 accumulation over cols)
- *   TOL_GEMM_F16X 2e-3  GEMM under kc_gemm_impl(10): x rounded to f16
+ *   TOL_GEMM_F16X 2e-3  GEMM under kc_gemm_impl(10-12): x (11-12: and the
+ *                     weights) rounded to f16
  *                     (unit roundoff 2^-11; bf16's 2^-8 would be 3.9e-3)
  *   TOL_ELEM   2e-6   norms, RoPE, GLU (a handful of f32 ops per element)
  *   TOL_ATT    1e-5   attention (online vs two-pass softmax)
