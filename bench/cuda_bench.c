@@ -425,10 +425,11 @@ static double time_once(int a, int b)
  * 2: k steps of 64, one launch; 5: 128 tokens per block, one launch; 6: 5
  * with the bias term on the tensor cores; 7: 6 with the scales converted
  * at the fold; 8: 7 with split-K in two where it shortens the waves; 10:
- * 8 with x as one f16 term; the default is one of them, kcuda.cu
+ * 8 with x as one f16 term; 11: 10 with the weights as f16 s c + b in the
+ * tile; 12: 11 at 2 blocks per SM; the default is one of them, kcuda.cu
  * TG_DEFAULT_IMPL): median of 3 calls; TF/s counts 2 rows cols n (the
  * useful work: the tensor-core kernel issues twice that with hi + lo,
- * as much under 10). The SIMT GEMM
+ * as much under 10-12). The SIMT GEMM
  * (kc_gemm_impl(1)) left the table in run 28: 5x slower, seconds at 4096. */
 static void bench_gemm(const int *ns, int nn)
 {
@@ -443,11 +444,14 @@ static void bench_gemm(const int *ns, int nn)
 	};
 	for (int ni = 0; ni < nn; ni++) {
 		int n = ns[ni];
-		printf("\n%-22s n=%-5d %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s %9s %6s\n", "gemm 8B q4g64", n,
-		       "r13 us", "TF/s", "1launch", "TF/s", "tc64 us", "TF/s", "128tok", "TF/s", "+bmma", "TF/s", "+raw",
-		       "TF/s", "+splitk", "TF/s", "+f16x", "TF/s");
-		enum { NI = 8 }; /* the variants, in the header's column order */
-		static const int impls[NI] = {3, 4, 2, 5, 6, 7, 8, 10};
+		enum { NI = 10 }; /* the variants, in the header's column order */
+		static const int impls[NI] = {3, 4, 2, 5, 6, 7, 8, 10, 11, 12};
+		static const char *const hdr[NI] = {"r13 us", "1launch", "tc64 us", "128tok", "+bmma",
+						     "+raw", "+splitk", "+f16x", "+f16w", "+2blk"};
+		printf("\n%-22s n=%-5d", "gemm 8B q4g64", n);
+		for (int i = 0; i < NI; i++)
+			printf(" %9s %6s", hdr[i], "TF/s");
+		printf("\n");
 		double tot[NI] = {0};
 		for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 			kq_matrix mats[3];

@@ -16,7 +16,8 @@ bench/gpu_peers.sh, which installs what bench/gpu_peers_prep.sh made.
   --decode tokens after 16 and after 4096 tokens of context.
 - mlxr: `mlxr bench DIR --device cuda --json`, twice (prefill 512 and
   4096; both decode at 16 and 4096, their mean is reported), through the
-  sandboxed GPU worker as users run it.
+  sandboxed GPU worker as users run it; mlxr-fast: the same with
+  --fast-prefill (prefill GEMMs on f16-rounded x and weights).
 - Bound: the device-memory read bandwidth mlxr measured (2 GiB reduction)
   / weight bytes per decoded token (every matrix, the output layer once).
 Output: OUT/gpu_peers.json (every run, raw) and OUT/gpu_peers.md (the table).
@@ -35,7 +36,7 @@ sys.path.insert(0, str(HERE))
 import mk_random_mlx  # noqa: E402
 import models  # noqa: E402
 
-ENGINES = ["mlxr", "llama.cpp", "mlx-lm"]
+ENGINES = ["mlxr", "mlxr-fast", "llama.cpp", "mlx-lm"]  # mlxr-fast: mlxr bench --fast-prefill
 
 
 def log(*a):
@@ -71,17 +72,18 @@ def bytes_per_token(s):
 
 
 def engine_runs(eng, shape, mdir, a, peers):
-    if eng == "mlxr":
+    if eng in ("mlxr", "mlxr-fast"):
         env = dict(os.environ, MLXR_HOME=str(a.work / "home"), HOME=str(a.work / "home"),
                    LD_LIBRARY_PATH=":".join(filter(None, [str(peers / "lib"), os.environ.get("LD_LIBRARY_PATH")])))
         (a.work / "home").mkdir(parents=True, exist_ok=True)
         base = [str(peers / "bin" / "mlxr"), "bench", str(mdir / "mlx"), "--device", a.mlxr_device, "--json",
-                "--decode", str(a.decode), "--long", str(a.long)]
+                "--decode", str(a.decode), "--long", str(a.long)] + (["--fast-prefill"] if eng == "mlxr-fast" else [])
         raw = [run_json(base + ["--prefill", str(p)], env) for p in a.prefill]
         ok = [r for r in raw if "error" not in r]
         if not ok:
-            return dict(engine="mlxr", error=raw[0].get("error"), stderr=raw[0].get("stderr"), raw=raw)
-        return dict(engine="mlxr", version=a.mlxr_version, device=ok[0].get("device"), kernels=ok[0].get("kernels"),
+            return dict(engine=eng, error=raw[0].get("error"), stderr=raw[0].get("stderr"), raw=raw)
+        return dict(engine=eng, version=a.mlxr_version, device=ok[0].get("device"), kernels=ok[0].get("kernels"),
+                    prefill_x=ok[0].get("prefill_x"),
                     load_s=ok[0]["load_s"],
                     prefill={str(r["prefill_tokens"]): r["prefill_tok_s"] for r in ok},
                     decode={"16": statistics.mean(r["decode_tok_s"] for r in ok),

@@ -47,7 +47,7 @@ python3 -m pip list 2>/dev/null | grep -i -E '^(nvidia-(cublas|cuda-runtime|cuda
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 ldd "$SITE"/llama_cpp/lib/libggml-cuda.so | grep -E 'cuda|cublas|not found'
 python3 -c 'import llama_cpp; print("llama-cpp-python", llama_cpp.__version__, "gpu offload:", llama_cpp.llama_supports_gpu_offload())' || echo "llama-cpp-python: import failed"
-ENGINES="mlxr llama.cpp"
+ENGINES="mlxr mlxr-fast llama.cpp"
 if [ $have_mlx = 1 ]; then
 	if python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), mx.gpu, (mx.ones(4) * 2).sum().item())'; then
 		ENGINES="$ENGINES mlx-lm"

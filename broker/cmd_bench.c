@@ -2,7 +2,9 @@
  * decode of 128 tokens at short context and at 1K context, the weight
  * bytes read per decoded token, this machine's memory-read bandwidth, the
  * bandwidth-bound decode rate (bandwidth / bytes per token) and the
- * fraction of it reached. Measured inside the worker, as users run models.
+ * fraction of it reached, and what the prefill GEMMs computed with (the
+ * worker's wc_bench_res.prefill_x: f32-class, or f16 under --fast-prefill
+ * on CUDA). Measured inside the worker, as users run models.
  * --verbose adds where a decode step's time goes, per kind of operation
  * (common/wcapi.h wc_prof), at short and at long context.
  * A measurement for people and benchmark scripts; never asserted on in
@@ -14,6 +16,15 @@
 #include "broker/cmds.h"
 #include "broker/store.h"
 #include "broker/wclient.h"
+
+/* wc_bench_res.prefill_x as the worker reported it (checked by the
+ * unpacker): JSON value, and the text line. */
+static const struct {
+	const char *key, *label;
+} prefill_x_names[WC_PREFILL_X_COUNT] = {
+	[WC_PREFILL_X_F32] = { "f32", "f32-class" },
+	[WC_PREFILL_X_F16] = { "f16", "f16 (--fast-prefill: x and weights rounded to f16)" },
+};
 
 /* The breakdown's rows: wire category, JSON name, label. */
 static const struct {
@@ -91,6 +102,7 @@ int cmd_bench(int argc, char **argv)
 		else if (!strcmp(argv[i], "--sealed")) sealed = 1;
 		else if (!strcmp(argv[i], "--no-sandbox")) no_sandbox = 1;
 		else if (!strcmp(argv[i], "--device") && i + 1 < argc) bad |= wclient_set_device(argv[++i]) != 0;
+		else if (!strcmp(argv[i], "--fast-prefill")) wclient_set_fast_prefill();
 		else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) br.prefill = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--decode") && i + 1 < argc) br.decode = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--long") && i + 1 < argc) br.long_ctx = atoi(argv[++i]);
@@ -100,7 +112,7 @@ int cmd_bench(int argc, char **argv)
 	if (bad || !name || br.prefill < 1 || br.decode < 1 || br.long_ctx < 16 || br.prefill > 1 << 20 ||
 	    br.long_ctx > 1 << 20 || br.decode > 1 << 20) {
 		fprintf(stderr, "usage: mlxr bench MODEL [--json] [--verbose] [--prefill N (512)] [--decode N (128)]"
-				" [--long N (1024)] [--sealed] [--device auto|cpu|cuda]\n");
+				" [--long N (1024)] [--sealed] [--device auto|cpu|cuda] [--fast-prefill]\n");
 		return 2;
 	}
 	char dir[4096], err[1024];
@@ -131,10 +143,10 @@ int cmd_bench(int argc, char **argv)
 		       "\"prefill_tokens\":%d,\"prefill_tok_s\":%.2f,\"ttft_s\":%.4f,"
 		       "\"decode_tokens\":%d,\"decode_tok_s\":%.2f,\"decode_long_ctx\":%d,\"decode_long_tok_s\":%.2f,"
 		       "\"weight_bytes_per_token\":%.0f,\"mem_read_gb_s\":%.2f,\"bound_tok_s\":%.2f,"
-		       "\"bound_fraction\":%.4f,\"peak_rss_mb\":%.1f,\"sealed\":%s",
+		       "\"bound_fraction\":%.4f,\"peak_rss_mb\":%.1f,\"sealed\":%s,\"prefill_x\":\"%s\"",
 		       name, i->model_type, i->device, res.kernels, res.threads, i->load_s, br.prefill, pf, res.prefill_s, br.decode,
 		       ds, br.long_ctx, dl, bytes_tok, bw / 1e9, bound, bound > 0 ? ds / bound : 0, res.peak_rss_mb,
-		       sealed ? "true" : "false");
+		       sealed ? "true" : "false", prefill_x_names[res.prefill_x].key);
 		if (verbose) {
 			printf(",\"breakdown\":{");
 			prof_json("short", &res.prof_short, res.decode_short_s, br.decode);
@@ -146,6 +158,7 @@ int cmd_bench(int argc, char **argv)
 	} else {
 		printf("model            %s (%s), kernels %s, %d threads\n", name, i->model_type, res.kernels, res.threads);
 		printf("device           %s\n", i->device);
+		printf("prefill x        %s\n", prefill_x_names[res.prefill_x].label);
 		printf("load             %.3f s\n", i->load_s);
 		printf("prefill %5d    %.1f tok/s (%.3f s)\n", br.prefill, pf, res.prefill_s);
 		printf("decode  %5d    %.1f tok/s at short context\n", br.decode, ds);

@@ -101,6 +101,7 @@ int cmd_eval(int argc, char **argv)
 		else if (!strcmp(argv[i], "--continue")) cont = 1;
 		else if (!strcmp(argv[i], "--no-sandbox")) no_sandbox = 1;
 		else if (!strcmp(argv[i], "--device") && i + 1 < argc) bad |= wclient_set_device(argv[++i]) != 0;
+		else if (!strcmp(argv[i], "--fast-prefill")) wclient_set_fast_prefill();
 		else if (argv[i][0] != '-' && !name) name = argv[i];
 		else bad = 1;
 	}
@@ -108,7 +109,8 @@ int cmd_eval(int argc, char **argv)
 	size_t n = 0;
 	if (bad || !name || (!chat && (!ids_s || parse_ids(ids_s, &ids, &n) || n == 0 || gen < 0))) {
 		fprintf(stderr, "usage: mlxr eval MODEL --ids \"1 2 3\" [--logits OUT.f32] [--decode] [--generate N]\n"
-				"       mlxr eval MODEL --chat MESSAGES.json [--no-think] [--continue]\n");
+				"       mlxr eval MODEL --chat MESSAGES.json [--no-think] [--continue]\n"
+				"       (either form) [--device auto|cpu|cuda] [--fast-prefill] [--no-sandbox]\n");
 		free(ids);
 		return 2;
 	}

@@ -12,6 +12,7 @@
 #include "broker/serve.h"
 #include "broker/fclient.h"
 #include "broker/store.h"
+#include "broker/wclient.h"
 
 static const char usage[] =
 	"usage: mlxr serve MODEL [flags]\n"
@@ -33,7 +34,9 @@ static const char usage[] =
 	"  --read-timeout S      a request's headers and body must arrive within S seconds (10)\n"
 	"  --idle-timeout S      close idle keep-alive connections and stalled readers after S (60)\n"
 	"  --deadline S          a request's total time, queue included (600)\n"
-	"  --log-prompts         include request bodies in the request log (off: never)\n";
+	"  --log-prompts         include request bodies in the request log (off: never)\n"
+	"  --device D            auto (default), cpu or cuda (or $MLXR_DEVICE)\n"
+	"  --fast-prefill        CUDA: prefill GEMMs on f16-rounded x and weights (or $MLXR_FAST_PREFILL=1)\n";
 
 static int num(const char *s, double lo, double hi, double *out)
 {
@@ -73,6 +76,14 @@ int cmd_serve(int argc, char **argv)
 		} else if (!strcmp(a, "--log-prompts")) {
 			o.log_prompts = 1;
 			takes = 0;
+		} else if (!strcmp(a, "--fast-prefill")) {
+			wclient_set_fast_prefill();
+			takes = 0;
+		} else if (!strcmp(a, "--device") && v) {
+			if (wclient_set_device(v)) {
+				fprintf(stderr, "mlxr serve: --device %s: expected auto, cpu or cuda\n", v);
+				return 2;
+			}
 		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			fputs(usage, stdout);
 			return 0;

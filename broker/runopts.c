@@ -109,6 +109,7 @@ int runopts_parse(run_opts *o, int argc, char **argv, char *err, size_t errlen)
 			if (!strcmp(k, "raw")) { o->raw = 1; continue; }
 			if (!strcmp(k, "sealed")) { o->sealed = 1; continue; }
 			if (!strcmp(k, "no-sandbox")) { o->no_sandbox = 1; continue; }
+			if (!strcmp(k, "fast-prefill")) { wclient_set_fast_prefill(); continue; }
 			if (i + 1 >= argc) {
 				snprintf(err, errlen, "%s needs a value", a);
 				return -1;

@@ -26,7 +26,7 @@ typedef struct {
 	"usage: mlxr " what " [--max N] [--temp F] [--top-p F] [--top-k N] [--min-p F]\n" \
 	"       [--repeat-penalty F] [--repeat-last-n N] [--presence-penalty F] [--frequency-penalty F]\n" \
 	"       [--seed N] [--stop S]... [--system TEXT] [--ctx N] [--no-think] [--raw] [--verbose]\n" \
-	"       [--sealed] [--device auto|cpu|cuda] [--no-sandbox]\n"
+	"       [--sealed] [--device auto|cpu|cuda] [--fast-prefill] [--no-sandbox]\n"
 
 void runopts_defaults(run_opts *o);
 /* argv[0] is the verb. Returns 0, or -1 with err. */

@@ -87,6 +87,13 @@ int wclient_set_device(const char *device)
 	return 0;
 }
 
+static int g_fast_prefill; /* wclient_set_fast_prefill; 0: $MLXR_FAST_PREFILL or off */
+
+void wclient_set_fast_prefill(void)
+{
+	g_fast_prefill = 1;
+}
+
 /* fork + exec of mlxr-worker (broker/spawn.c) with its role and flags. */
 static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *err, size_t errlen)
 {
@@ -95,15 +102,23 @@ static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *
 		snprintf(err, errlen, "MLXR_DEVICE=%s: expected auto, cpu or cuda", dev);
 		return -1;
 	}
+	const char *fast = g_fast_prefill ? "1" : getenv("MLXR_FAST_PREFILL");
+	if (fast && *fast && strcmp(fast, "0") && strcmp(fast, "1")) {
+		snprintf(err, errlen, "MLXR_FAST_PREFILL=%s: expected 1 (fast prefill on CUDA) or 0", fast);
+		return -1;
+	}
 	/* MLXR_WORKER_FAULT_AFTER=N (tests): the worker answers request N+1
 	 * with a malformed packet, proving the broker survives it. */
 	const char *fault = getenv("MLXR_WORKER_FAULT_AFTER");
+	/* at most 3 + 2 (device) + 1 (fast prefill) + 1 (no sandbox) + 2 (fault) + NULL */
 	char *argv[10] = { "mlxr-worker", "--role", (char *)role, NULL };
 	int ac = 3;
 	if (dev && *dev && strcmp(dev, "auto") && !strcmp(role, "worker")) {
 		argv[ac++] = "--device";
 		argv[ac++] = (char *)dev;
 	}
+	if (fast && !strcmp(fast, "1") && !strcmp(role, "worker"))
+		argv[ac++] = "--fast-prefill";
 	if (no_sandbox)
 		argv[ac++] = "--no-sandbox";
 	if (fault && *fault) {

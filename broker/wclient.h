@@ -35,6 +35,12 @@ typedef wc_info wclient_info;
  * device exists, else the CPU), "cpu" or "cuda". Without a call,
  * $MLXR_DEVICE, else auto. Returns -1 for any other name. */
 int wclient_set_device(const char *device);
+/* --fast-prefill: every worker started from now on is asked to round x to
+ * f16 in its prefill GEMMs (CUDA only; a worker on the CPU ignores it, so
+ * auto may still fall back). Without a call, $MLXR_FAST_PREFILL: 1 on, 0
+ * or unset or empty off, any other value fails the worker's start naming
+ * it. */
+void wclient_set_fast_prefill(void);
 
 int wclient_start(wclient **out, const char *model_dir, const wclient_opts *o, wc_error *e);
 const wclient_info *wclient_info_get(const wclient *c);

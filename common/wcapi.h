@@ -143,9 +143,21 @@ typedef struct {
 	uint64_t bytes[WC_PROF_COUNT]; /* bytes read, summed over the measurement */
 } wc_prof;
 
+/* What the prefill GEMMs (n > 1 tokens) computed with, as the worker that
+ * ran the benchmark reports it: F32 is f32-class on every path (the CPU's
+ * f32 GEMM, AMX's exact three-term bf16 split, the GPU's f16 hi + lo
+ * split); F16 is the GPU's opt-in fast prefill (--fast-prefill,
+ * kc_gemm_impl(KC_GEMM_FAST)): x rounded to one f16 term. */
+typedef enum {
+	WC_PREFILL_X_F32,
+	WC_PREFILL_X_F16,
+	WC_PREFILL_X_COUNT
+} wc_prefill_x;
+
 typedef struct {
 	char kernels[16];
 	int threads;
+	wc_prefill_x prefill_x;
 	double prefill_s;       /* seconds for `prefill` tokens */
 	double decode_short_s;  /* seconds for `decode` tokens after 16 */
 	double decode_long_s;   /* seconds for `decode` tokens after long_ctx */

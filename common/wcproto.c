@@ -291,6 +291,7 @@ void wc_bench_res_pack(const wc_bench_res *b, ipc_wr *w)
 {
 	ipc_put_bytes(w, b->kernels, strnlen(b->kernels, sizeof(b->kernels) - 1));
 	ipc_put_u32(w, (uint32_t)b->threads);
+	ipc_put_u32(w, (uint32_t)b->prefill_x);
 	ipc_put_f64(w, b->prefill_s);
 	ipc_put_f64(w, b->decode_short_s);
 	ipc_put_f64(w, b->decode_long_s);
@@ -312,6 +313,7 @@ int wc_bench_res_unpack(const uint8_t *p, size_t n, wc_bench_res *b)
 	memset(b, 0, sizeof(*b));
 	get_text(&rd, b->kernels, sizeof(b->kernels));
 	b->threads = (int)ipc_get_u32(&rd);
+	uint32_t px = ipc_get_u32(&rd);
 	b->prefill_s = ipc_get_f64(&rd);
 	b->decode_short_s = ipc_get_f64(&rd);
 	b->decode_long_s = ipc_get_f64(&rd);
@@ -329,8 +331,10 @@ int wc_bench_res_unpack(const uint8_t *p, size_t n, wc_bench_res *b)
 			ps[k]->bytes[c] = ipc_get_u64(&rd);
 			bad |= !(ps[k]->s[c] >= 0 && ps[k]->s[c] <= whole[k]);
 		}
-	if (rd.bad || rd.left || bad || b->threads < 1 || !(b->prefill_s > 0) || !(b->decode_short_s > 0) ||
-	    !(b->decode_long_s > 0) || !(b->mem_bw >= 0) || b->decode_bytes == 0 || !(b->peak_rss_mb >= 0))
+	if (rd.bad || rd.left || bad || px >= WC_PREFILL_X_COUNT || b->threads < 1 || !(b->prefill_s > 0) ||
+	    !(b->decode_short_s > 0) || !(b->decode_long_s > 0) || !(b->mem_bw >= 0) || b->decode_bytes == 0 ||
+	    !(b->peak_rss_mb >= 0))
 		return -1;
+	b->prefill_x = (wc_prefill_x)px;
 	return 0;
 }

@@ -94,7 +94,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		wc_bench_res b;
 		if (wc_bench_res_unpack(p, n, &b) == 0) {
 			check_text(b.kernels, sizeof b.kernels);
-			FUZZ_CHECK(b.threads >= 1 && b.prefill_s > 0 && b.decode_bytes > 0, "bench ranges");
+			FUZZ_CHECK(b.threads >= 1 && b.prefill_s > 0 && b.decode_bytes > 0 && b.prefill_x < WC_PREFILL_X_COUNT,
+				   "bench ranges");
 		}
 		break;
 	}

@@ -150,6 +150,7 @@ int exec_bench(session *s, const wc_bench_req *r, wc_bench_res *out, wc_error *e
 	/* "avx512+amx": the avx512 table with its GEMM on AMX tiles */
 	snprintf(out->kernels, sizeof(out->kernels), "%s%s", kernels_best()->name,
 		 kernels_cpu_amx() && !strcmp(kernels_best()->name, "avx512") ? "+amx" : "");
+	out->prefill_x = WC_PREFILL_X_F32; /* the CPU's GEMMs (f32; AMX: x as three bf16 terms, exact) */
 	out->peak_rss_mb = 0; /* the broker reads it from /proc (getrusage is outside the sandbox) */
 	rc = 0;
 out:

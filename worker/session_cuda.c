@@ -266,6 +266,7 @@ static int cu_bench(session *s, const wc_bench_req *r, wc_bench_res *out, char *
 	out->decode_bytes = s->m.decode_bytes;
 	out->threads = 1; /* the host thread that drives the device */
 	snprintf(out->kernels, sizeof(out->kernels), "cuda");
+	out->prefill_x = kc_gemm_impl(-1) == KC_GEMM_FAST ? WC_PREFILL_X_F16 : WC_PREFILL_X_F32;
 	rc = 0;
 out:
 	if (rc)
@@ -287,4 +288,9 @@ int session_cuda_init(char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
+}
+
+void session_cuda_fast_prefill(void)
+{
+	kc_gemm_impl(KC_GEMM_FAST);
 }

@@ -15,6 +15,16 @@ extern const session_gpu session_cuda;
 /* cuInit, the context, the stream, the pinned slots (kc_init(0)). Call
  * after the GPU worker's Landlock step and before its seccomp step. */
 int session_cuda_init(char *err, size_t errlen);
+/* --fast-prefill: every prefill GEMM (n > 1 tokens, quantized weights)
+ * from now on rounds x to f16 instead of splitting it into f16 hi + lo,
+ * and the dequantized weights to f16 (kc_gemm_impl(KC_GEMM_FAST): about
+ * half the tensor-core work, no per-group fold, 2 blocks per SM; prefill
+ * logits ~1e-3..4e-3 normwise from the CPU's instead of < 1e-4; decode is
+ * unaffected). Call once, before the model is opened: LOAD's warm-up
+ * then runs the variant every later prefill takes, before the seccomp
+ * step. Process-wide, not thread-safe. The GPU bench reports it
+ * (wc_bench_res.prefill_x). */
+void session_cuda_fast_prefill(void);
 /* The device sampler's parameters for p (rng: the sampler's state), or -1
  * where it does not cover them: top-p / min-p without top-k (a sort of the
  * whole vocabulary), top_k > KS_MAX_K, no truncation over more than

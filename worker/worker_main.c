@@ -6,7 +6,7 @@
  * no_new_privs, rlimits, Landlock, seccomp, in that order); then it serves
  * requests (worker/serve.c) until the broker hangs up.
  *
- *   mlxr-worker [--role worker|importer] [--device auto|cpu|cuda] [--no-sandbox]
+ *   mlxr-worker [--role worker|importer] [--device auto|cpu|cuda] [--fast-prefill] [--no-sandbox]
  *
  * --device (worker role): auto (the default) runs on CUDA device 0 when
  * this binary was built with nvcc (MLXR_CUDA) and /dev/nvidiactl exists,
@@ -15,6 +15,11 @@
  * before cuInit, seccomp once the first LOAD is answered (weights on the
  * device). When cuInit fails under auto it runs on the CPU with the CPU
  * worker's seccomp filter under the GPU worker's Landlock rules.
+ * --fast-prefill (worker role, no value): on CUDA, the prefill GEMMs round
+ * x to f16 (session_cuda_fast_prefill), set right after cuInit, before
+ * LOAD's upload and warm-up and so before seccomp. A worker on the CPU
+ * (--device cpu, or auto without a usable device) ignores it: the CPU's
+ * GEMMs have no such variant, and auto must be free to fall back.
  *   mlxr-worker --tool            (a developer verb, worker/tool.h: the CPU
  *                                  worker's sandbox, one request, then exit)
  *   mlxr-worker --self-test ...   (policy proofs, tests/py/test_sandbox.py)
@@ -56,6 +61,7 @@ int main(int argc, char **argv)
 	trace_mark("worker: main");
 	policy_role role = POLICY_WORKER;
 	const char *device = "auto";
+	int fast_prefill = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--role") && i + 1 < argc && !strcmp(argv[i + 1], "importer"))
 			role = POLICY_IMPORTER;
@@ -63,6 +69,8 @@ int main(int argc, char **argv)
 			role = POLICY_GPU_WORKER; /* --probe / --self-test only */
 		if (!strcmp(argv[i], "--device") && i + 1 < argc)
 			device = argv[i + 1];
+		if (!strcmp(argv[i], "--fast-prefill"))
+			fast_prefill = 1;
 		if (!strcmp(argv[i], "--ipc-fault-after") && i + 1 < argc)
 			worker_fault_after = atoi(argv[i + 1]);
 	}
@@ -106,6 +114,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		if (session_cuda_init(err, sizeof(err)) == 0) {
+			if (fast_prefill)
+				session_cuda_fast_prefill();
 			worker_gpu = &session_cuda;
 			if (!po.no_sandbox)
 				worker_after_load = gpu_lockdown;
@@ -123,6 +133,7 @@ int main(int argc, char **argv)
 		return worker_serve(IPC_FD, 0);
 	}
 #else
+	(void)fast_prefill; /* no GPU in this build: the CPU ignores it */
 	if (!strcmp(device, "cuda")) {
 		fprintf(stderr, "mlxr-worker: --device cuda: this mlxr-worker was built without CUDA (no nvcc at build time)\n");
 		return 1;

@@ -1927,22 +1927,25 @@ __global__ void __launch_bounds__(256) k_gemm(const void *W, const void *sb, int
 /* BK (columns per k step) 32: 4 stages; 64: 3 stages (half the barriers
  * and per-step overhead; 8 bits would not fit 2 blocks per SM), or 4 at
  * NT = 256 (one block per SM: at most 217 KB of shared memory) */
-static __host__ __device__ constexpr int tg_stages(int bk, int nt) { return bk == 32 || nt == 256 ? 4 : 3; }
+static __host__ __device__ constexpr int tg_stages(int bk, int nt, int bt = 0)
+{
+	return bt & 32 ? 3 : bk == 32 || nt == 256 ? 4 : 3; /* BT & 32: 2 blocks per SM, 3 stages */
+}
 /* halves per staged row: BK + 8, so ldmatrix's 8 rows (80 or 144 B
  * apart) hit distinct banks */
 static __host__ __device__ constexpr int tg_ld(int bk) { return bk + 8; }
+/* x terms staged by k_gemm_tc<..., BT>: BT & 8 is the one-term variant */
+static __host__ __device__ constexpr int tg_xt(int bt) { return bt & 8 ? 1 : 2; }
 /* one stage: TG_BM rows of codes + X hi and lo (xt = 2 terms; xt = 1: hi
- * only, kc_gemm_impl(10)) of nt / 2 tokens */
+ * only, kc_gemm_impl(10-12)) of nt / 2 tokens */
 static __host__ __device__ constexpr int tg_stage_bytes(int bits, int bk, int nt, int xt = 2)
 {
 	return TG_BM * bk / 8 * bits + xt * (nt / 2) * tg_ld(bk) * 2;
 }
-static __host__ __device__ constexpr int tg_smem(int bits, int bk, int nt, int xt = 2)
+static __host__ __device__ constexpr int tg_smem(int bits, int bk, int nt, int bt = 0)
 {
-	return tg_stages(bk, nt) * tg_stage_bytes(bits, bk, nt, xt) + 2 * TG_BM * tg_ld(bk) * 2;
+	return tg_stages(bk, nt, bt) * tg_stage_bytes(bits, bk, nt, tg_xt(bt)) + 2 * TG_BM * tg_ld(bk) * 2;
 }
-/* x terms staged by k_gemm_tc<..., BT>: BT & 8 is the one-term variant */
-static __host__ __device__ constexpr int tg_xt(int bt) { return bt & 8 ? 1 : 2; }
 
 /* The matrices of one launch: matrix i owns the grid's row tiles
  * [tile0[i], tile0[i + 1]); unused entries have tile0 = INT_MAX. */
@@ -2038,8 +2041,8 @@ static __device__ __forceinline__ uint32_t tg_int_pair(uint32_t v)
 
 /* One row's 32 codes of a k step (4*BITS bytes of shared memory) to 32
  * f16 integers in staged order (tg_perm). */
-template <int BITS>
-static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *dst)
+template <int BITS, bool WS = false>
+static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *dst, uint32_t s2 = 0, uint32_t b2 = 0)
 {
 	const uint32_t M = 0x64006400u;
 	uint32_t w[BITS], o[16];
@@ -2084,8 +2087,11 @@ static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *ds
 			o[t] = code_in_pack<BITS>(w, 2 * t) | (code_in_pack<BITS>(w, 2 * t + 1) << 16) | M;
 	}
 #pragma unroll
-	for (int t = 0; t < 16; t++)
+	for (int t = 0; t < 16; t++) {
 		o[t] = tg_int_pair(o[t]);
+		if (WS) /* kc_gemm_impl(11, 12): w = s c + b, one f16 rounding */
+			asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(o[t]) : "r"(o[t]), "r"(s2), "r"(b2));
+	}
 #pragma unroll
 	for (int t = 0; t < 16; t += 4)
 		*(uint4 *)(dst + 2 * t) = make_uint4(o[t], o[t + 1], o[t + 2], o[t + 3]);
@@ -2136,12 +2142,13 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 }
 
 template <int BITS, class S, int BK, int NT, int BT>
-__global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
+__global__ void __launch_bounds__(NT, NT == 128 || (BT & 32) ? 2 : 1)
 	k_gemm_tc(const tg_mats M, int cols, int group, const __half *__restrict__ XH, const __half *__restrict__ XL,
 		  const float *__restrict__ XS, const float *__restrict__ INV, int n)
 {
 	extern __shared__ __align__(16) uint8_t tsm[];
-	constexpr int NS = tg_stages(BK, NT), LD = tg_ld(BK), XT = tg_xt(BT);
+	constexpr int NS = tg_stages(BK, NT, BT), LD = tg_ld(BK), XT = tg_xt(BT);
+	constexpr bool WS = (BT & 16) != 0; /* see BT & 16 below */
 	constexpr int CB = BK / 8 * BITS; /* code bytes of one row in one k step */
 	constexpr int STAGE = tg_stage_bytes(BITS, BK, NT, XT);
 	constexpr int U = BITS % 4 == 0 ? 16 : BITS % 2 == 0 ? 8 : 4; /* cp.async size for the codes */
@@ -2156,7 +2163,7 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	 * time (b as A; the x sums, times 2^-8 to stay in f16 range, split in
 	 * f16 hi + lo or bf16 hi + mid + lo as B); acc is in units of 2^-8
 	 * (s 2^-8 in the fold, exact), undone at the store. */
-	constexpr bool MMB = (BT & 1) && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
+	constexpr bool MMB = (BT & 1) && !WS && !std::is_same<S, F32>::value, BF = std::is_same<S, BF16>::value;
 	/* BT & 2 (kc_gemm_impl(7)): a group's (scale, bias) words stay raw in
 	 * registers until its fold; converted at the load (run 13's form), the
 	 * conversion waited for the load right away, one L2 round trip per
@@ -2173,6 +2180,12 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 	 * and loaded; the error is that of rounding x' to f16 (relative 2^-11
 	 * per value), the group sums and everything else as above */
 	static_assert(XT == 1 || XT == 2, "XT");
+	/* BT & 16 (kc_gemm_impl(11, 12), with BT & 8): the weights as f16 s c
+	 * + b in the A tile (each thread's row and 32 columns, one group: its
+	 * (scale, bias) words loaded a step ahead), the mmas straight into acc:
+	 * no per-group P, no fold, no bias term; w is rounded to f16 once
+	 * (relative 2^-11, like x). BT & 32 (12): 2 blocks per SM (128
+	 * registers, 3 stages). WS is defined with NS above. */
 	constexpr float SC = MMB ? 0.00390625f : 1.0f;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
@@ -2225,13 +2238,35 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 		for (int u = 0; u < XT * XPH; u++)
 			cp_async<16>(xdst + stg * STAGE + u * TPU * LD * 2, (u < XPH ? xh : xl) + xoff[u % XPH]);
 	};
+	/* WS: the raw (scale, bias) words of the next step this thread
+	 * dequantizes (its 32 columns lie in one group) */
+	uint32_t wraw[S::SW];
+	auto ws_load = [&](int kt) {
+		const int gi = (kbase + kt * BK + (tid >> 7) * (BK / PP)) / group;
+		const size_t e = sb_at(min(row0 + trow, rows - 1), gi, ngp, tsh);
+		if constexpr (S::SW == 2) {
+			const uint2 v = __ldg((const uint2 *)SB + e);
+			wraw[0] = v.x;
+			wraw[S::SW - 1] = v.y;
+		} else {
+			wraw[0] = __ldg((const uint32_t *)SB + e);
+		}
+	};
 	auto dequant = [&](int kt, int stg) {
 		/* this thread's chunks of 32 columns: its own copies */
 		const uint8_t *src = tsm + stg * STAGE + tid * CBT;
 		__half *dst = As + ((kt & 1) * TG_BM + trow) * LD + (tid >> 7) * (BK / PP);
+		uint32_t s2 = 0, b2 = 0;
+		if constexpr (WS) {
+			static_assert(XT == 1 && BK / 32 / PP == 1, "WS: one term, one 32-column chunk per thread");
+			s2 = tg_h2(S::ps(wraw), S::ps(wraw));
+			b2 = tg_h2(S::pb(wraw), S::pb(wraw));
+			if (kt + 1 < nk) /* a step ahead: consumed by the next call */
+				ws_load(kt + 1);
+		}
 #pragma unroll
 		for (int h = 0; h < BK / 32 / PP; h++)
-			tg_dequant<BITS>(src + 4 * BITS * h, dst + 32 * h);
+			tg_dequant<BITS, WS>(src + 4 * BITS * h, dst + 32 * h, s2, b2);
 	};
 	/* ldmatrix addresses: A rows wm*WROWS + (lane & 15) (+16 mi), columns
 	 * (lane >> 4) * 8 (+kk); B tokens wn*32 + (lane & 7) + 8 (lane >> 4)
@@ -2281,7 +2316,10 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 			issue(s, s);
 		cp_commit();
 	}
-	load_group(kbase / group);
+	if constexpr (WS)
+		ws_load(0);
+	else
+		load_group(kbase / group);
 	cp_wait<NS - 2>();
 	dequant(0, 0);
 	__syncthreads();
@@ -2315,48 +2353,56 @@ __global__ void __launch_bounds__(NT, NT == 128 ? 2 : 1)
 					bl[2 * nj + 1][0] = r[2]; bl[2 * nj + 1][1] = r[3];
 				}
 			}
-			/* groups are multiples of 32 columns: a group starts at a
-			 * 32-column boundary (P from zero) and ends after one */
-			if ((kk & 16) == 0 && (k0 + kk) % group == 0) {
-#pragma unroll
-				for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-					for (int ni = 0; ni < 4; ni++) {
-						tg_mma_z(P[mi][ni], a[mi], bh[ni]);
-						if constexpr (XT == 2)
-							tg_mma(P[mi][ni], a[mi], bl[ni]);
-					}
-			} else {
-#pragma unroll
-				for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-					for (int ni = 0; ni < 4; ni++) {
-						tg_mma(P[mi][ni], a[mi], bh[ni]);
-						if constexpr (XT == 2)
-							tg_mma(P[mi][ni], a[mi], bl[ni]);
-					}
-			}
-			if ((kk & 16) && (k0 + kk + 16) % group == 0) {
-				if constexpr (RAW) {
-#pragma unroll
-					for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-						for (int h = 0; h < 2; h++) {
-							sv[mi][h] = S::ps(sw[mi][h]) * SC;
-							bv[mi][h] = S::pb(sw[mi][h]);
-						}
-				}
+			if constexpr (WS) { /* s and b are in A: straight into acc */
 #pragma unroll
 				for (int mi = 0; mi < MI; mi++)
 #pragma unroll
 					for (int ni = 0; ni < 4; ni++)
+						tg_mma(acc[mi][ni], a[mi], bh[ni]);
+			} else {
+				/* groups are multiples of 32 columns: a group starts at a
+				 * 32-column boundary (P from zero) and ends after one */
+				if ((kk & 16) == 0 && (k0 + kk) % group == 0) {
 #pragma unroll
-						for (int e = 0; e < 4; e++)
-							acc[mi][ni][e] = MMB ? fmaf(sv[mi][e >> 1], P[mi][ni][e], acc[mi][ni][e])
-									     : fmaf(sv[mi][e >> 1], P[mi][ni][e],
-										    fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
-				if (k0 + kk + 16 < kend)
-					load_group((k0 + kk + 16) / group);
+					for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+						for (int ni = 0; ni < 4; ni++) {
+							tg_mma_z(P[mi][ni], a[mi], bh[ni]);
+							if constexpr (XT == 2)
+								tg_mma(P[mi][ni], a[mi], bl[ni]);
+						}
+				} else {
+#pragma unroll
+					for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+						for (int ni = 0; ni < 4; ni++) {
+							tg_mma(P[mi][ni], a[mi], bh[ni]);
+							if constexpr (XT == 2)
+								tg_mma(P[mi][ni], a[mi], bl[ni]);
+						}
+				}
+				if ((kk & 16) && (k0 + kk + 16) % group == 0) {
+					if constexpr (RAW) {
+#pragma unroll
+						for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+							for (int h = 0; h < 2; h++) {
+								sv[mi][h] = S::ps(sw[mi][h]) * SC;
+								bv[mi][h] = S::pb(sw[mi][h]);
+							}
+					}
+#pragma unroll
+					for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+						for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+							for (int e = 0; e < 4; e++)
+								acc[mi][ni][e] = MMB ? fmaf(sv[mi][e >> 1], P[mi][ni][e], acc[mi][ni][e])
+										     : fmaf(sv[mi][e >> 1], P[mi][ni][e],
+											    fmaf(bv[mi][e >> 1], xv[ni][e & 1], acc[mi][ni][e]));
+					if (k0 + kk + 16 < kend)
+						load_group((k0 + kk + 16) / group);
+				}
 			}
 		}
 		__syncthreads();
@@ -2824,8 +2870,8 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *
 		return -1;
 	__half *xh = (__half *)g_tg_ws, *xl = xh + (size_t)n * cols;
 	float *xs = (float *)(xl + (size_t)n * cols), *inv = xs + (size_t)n * (cols / group);
-	/* kc_gemm_impl(10) reads hi only (k steps of 64: tg_launch) */
-	const int one = tg_impl() == 10 && cols % 64 == 0;
+	/* kc_gemm_impl(10-12) read hi only (k steps of 64: tg_launch) */
+	const int one = tg_impl() >= 10 && cols % 64 == 0;
 	k_xsplit<<<n, 256, 0, g_stream>>>(x, n, cols, group, bits, xh, one ? NULL : xl, xs, inv);
 	LAUNCHED("k_xsplit");
 	*o = {xh, xl, xs, inv, n, cols, group, bits};
@@ -2836,7 +2882,7 @@ template <int BITS, class S, int BK, int NT, int BT = 0>
 static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
 {
 	dim3 grid((x.n + NT / 2 - 1) / (NT / 2), tiles, ks);
-	k_gemm_tc<BITS, S, BK, NT, BT><<<grid, NT, tg_smem(BITS, BK, NT, tg_xt(BT)), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
+	k_gemm_tc<BITS, S, BK, NT, BT><<<grid, NT, tg_smem(BITS, BK, NT, BT), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
 										    x.xs, x.inv, x.n);
 	LAUNCHED("k_gemm_tc");
 	return 0;
@@ -2859,7 +2905,13 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
  *    (tg_ksplit: 8B q/k/v at n = 512 is 192 blocks on 132 SMs; 340 ->
  *    258 us): 2031 / 15462 (run 31), the default;
  * 10: 8 with x as one f16 term (hi only, no lo): half the mmas and half
- *    the staged X, at f16's precision for x (kc_gemm_impl(10)).
+ *    the staged X, at f16's precision for x: 1533 / 11413 (session 5,
+ *    call 1);
+ * 11: 10 with the weights as f16 s c + b in the A tile (no per-group P,
+ *    fold or bias term: 152 registers instead of 224): 1330 / 9949;
+ * 12: 11 at 2 blocks per SM (128 registers, no spills, 3 stages): 1149 /
+ *    7679 (session 5, call 2), KC_GEMM_FAST. 10-12 are opt-in (the
+ *    user's --fast-prefill): the default keeps x hi + lo and exact codes.
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
  * more instructions per mma. Rejected in run 31 (470b74a): 9, the GLU in
@@ -2872,7 +2924,7 @@ static int tg_impl(void)
 	return g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
 }
 
-/* kc_gemm_impl(8): 2 (split-K) where a launch of b blocks (one per SM)
+/* kc_gemm_impl(8, 10-12): 2 (split-K) where a launch of b blocks (one per SM)
  * would end in a tail wave and 2b half-length blocks take at most 0.8 of
  * its time, counted in waves (8B q/k/v at n = 512: 192 blocks, 2 waves
  * against 3 half waves; 1B o and down: 64 blocks, 1 against 1 half);
@@ -2880,7 +2932,7 @@ static int tg_impl(void)
 static int tg_ksplit(const tg_x &x, int tiles)
 {
 	const int half = x.cols / 2;
-	if ((tg_impl() != 8 && tg_impl() != 10) || x.cols % 128 || half % x.group)
+	if (tg_impl() < 8 || tg_impl() == 9 || x.cols % 128 || half % x.group)
 		return 1;
 	const long b = (long)((x.n + 127) / 128) * tiles, w1 = (b + g_sms - 1) / g_sms,
 		   w2 = (2 * b + g_sms - 1) / g_sms;
@@ -2891,6 +2943,10 @@ template <int BITS, class S>
 static int tg_launch(const tg_mats &M, int tiles, const tg_x &x, int ks)
 {
 	const int impl = tg_impl();
+	if (impl == 12 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256, 60>(M, tiles, x, ks);
+	if (impl == 11 && x.cols % 64 == 0)
+		return tg_launch_bk<BITS, S, 64, 256, 28>(M, tiles, x, ks);
 	if (impl == 10 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 15>(M, tiles, x, ks);
 	if (impl == 8 && x.cols % 64 == 0)
@@ -2965,7 +3021,11 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 7>, cudaFuncAttributeMaxDynamicSharedMemorySize, tg_smem(B, 64, 256))); \
 	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 15>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-				tg_smem(B, 64, 256, 1)))
+				tg_smem(B, 64, 256, 15))); \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 28>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+				tg_smem(B, 64, 256, 28))); \
+	CK(cudaFuncSetAttribute(k_gemm_tc<B, S, 64, 256, 60>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+				tg_smem(B, 64, 256, 60)))
 template <class S>
 static int tg_attr(void)
 {

@@ -98,12 +98,16 @@ int kc_linear_reserve(int n, int cols);
  * where it shortens the waves (the output is zeroed, then both halves add
  * into it: deterministic), 10 8 with x as one f16 term instead of hi + lo
  * (half the tensor work; x rounded to f16: bf16-class, not f32-class,
- * accuracy) (tests and benchmarks compare them).
+ * accuracy), 11 10 with the weights rounded to f16 too (s c + b in the
+ * tile: no per-group fold), 12 11 at 2 blocks per SM (tests and
+ * benchmarks compare them).
  * impl < 0 only reads; returns the previous setting; not thread-safe. */
 int kc_gemm_impl(int impl);
-/* The variant a user's fast prefill selects (x rounded to f16 before the
- * GEMM; decode is unaffected): kc_gemm_impl(KC_GEMM_FAST). */
-#define KC_GEMM_FAST 10
+/* The variant a user's fast prefill selects (x and the weights rounded to
+ * f16 in the prefill GEMM; decode is unaffected): kc_gemm_impl(KC_GEMM_FAST).
+ * H200, 8B shape, prefill 512: 7,026 tok/s (8) -> 11,540 (12); prefill
+ * logits within 3.9e-3 normwise of the CPU's (1e-4 under 8). */
+#define KC_GEMM_FAST 12
 /* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one
  * launch when n == 1 and all have the same cols/bits/group/dtypes;
  * otherwise one kc_linear each. bias[i] and y[i] per matrix. */

@@ -1,14 +1,15 @@
 /* tests/cuda/test_cuda_forward.c — the GPU forward pass against the CPU
  * forward pass (worker/forward.c, reference kernels):
  *   1. prefill logits of the prompt (all positions) agree (normwise 1e-4;
- *      TOL_LOGITS_F16X 1e-2 under kc_gemm_impl(10), x rounded to f16: it
- *      measured 1.0e-3 to 3.7e-3 on the fixture and the random models);
+ *      TOL_LOGITS_F16X 1e-2 under kc_gemm_impl(10-12), x (and the weights)
+ *      rounded to f16: measured 1.0e-3 to 3.9e-3 on the fixture and the
+ *      random models);
  *   2. 128 greedy tokens: GPU (captured decode step replayed, token chosen
  *      on the device) equals CPU, or first differs where the CPU's top-1
  *      minus top-2 logit is under the near-tie margin (where the summation
  *      order may legitimately decide): NEAR_TIE, or twice the largest
  *      logit difference check 1 measured where that is more (two logits
- *      each off by that much can swap; only kc_gemm_impl(10)'s f16 x
+ *      each off by that much can swap; only kc_gemm_impl(10-12)'s f16 x
  *      gets there);
  *   3. prefill and decode agree: one GPU prefill over prompt + generated
  *      picks, at every position, the token that decoding picked (or the
@@ -112,7 +113,7 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 		dmax = fmax(dmax, fabs(d));
 		den += (double)cl[i] * cl[i];
 	}
-	double rel = sqrt(num / (den > 0 ? den : 1)), tol = kc_gemm_impl(-1) == 10 ? TOL_LOGITS_F16X : TOL_LOGITS;
+	double rel = sqrt(num / (den > 0 ? den : 1)), tol = kc_gemm_impl(-1) >= 10 ? TOL_LOGITS_F16X : TOL_LOGITS;
 	checks++;
 	if (nonfinite || !(rel <= tol)) {
 		failures++;
@@ -471,7 +472,7 @@ int main(int argc, char **argv)
 		gpu_model_free(&g);
 		unbuild(&m);
 	}
-	/* the prefill GEMMs took split-K somewhere under GEMM_IMPL=8 or 10 (the
+	/* the prefill GEMMs took split-K somewhere under GEMM_IMPL=8 or 10-12 (the
 	 * random models' q/k/v and down launches are grids of a few blocks on
 	 * cols that split: on any device of 16 SMs or more), and never under the
 	 * other explicit variants; the default (0) is not checked (its variant
@@ -480,7 +481,7 @@ int main(int argc, char **argv)
 	if (gi) {
 		const int ran = kc_path_count(KC_PATH_SPLITK) > 0;
 		checks++;
-		if (ran != (gi == 8 || gi == 10)) {
+		if (ran != (gi == 8 || gi >= 10)) {
 			failures++;
 			printf("FAIL gemm impl %d: split-K %s\n", gi, ran ? "ran" : "never ran");
 		}

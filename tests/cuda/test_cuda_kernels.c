@@ -15,7 +15,8 @@
  * Tolerance: normwise ||gpu - ref|| / ||ref|| (f32 on both sides, only the
  * summation order differs):
  *   TOL_LINEAR 1e-5   matvec / GEMM / embed (f32 accumulation over cols)
- *   TOL_GEMM_F16X 2e-3  GEMM under kc_gemm_impl(10): x rounded to f16
+ *   TOL_GEMM_F16X 2e-3  GEMM under kc_gemm_impl(10-12): x (11-12: and the
+ *                     weights) rounded to f16
  *                     (unit roundoff 2^-11; bf16's 2^-8 would be 3.9e-3)
  *   TOL_ELEM   2e-6   norms, RoPE, GLU (a handful of f32 ops per element)
  *   TOL_ATT    1e-5   attention (online vs two-pass softmax)
@@ -249,13 +250,13 @@ static void test_linear(const kernel_table *R, int rows, int cols, int bits, int
 static const char *gemm_impl_name(void)
 {
 	int i = kc_gemm_impl(-1);
-	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : i == 7 ? "tc128tok+bmma+raw" : i == 8 ? "tc128tok+raw+splitk" : i == 10 ? "tc+f16x" : "tc";
+	return i == 1 ? "simt" : i == 2 ? "tc64" : i == 3 ? "tc32/each" : i == 4 ? "tc32" : i == 5 ? "tc128tok" : i == 6 ? "tc128tok+bmma" : i == 7 ? "tc128tok+bmma+raw" : i == 8 ? "tc128tok+raw+splitk" : i == 10 ? "tc+f16x" : i == 11 ? "tc+f16x+f16w" : i == 12 ? "tc+f16x+f16w/2" : "tc";
 }
 
 /* the tolerance of a GEMM under the current kc_gemm_impl */
 static double gemm_tol(void)
 {
-	return kc_gemm_impl(-1) == 10 ? TOL_GEMM_F16X : TOL_LINEAR;
+	return kc_gemm_impl(-1) >= 10 ? TOL_GEMM_F16X : TOL_LINEAR;
 }
 
 /* Under kc_gemm_impl(0) a GEMM test runs every tensor-core variant on the
@@ -263,7 +264,8 @@ static double gemm_tol(void)
  * the same with the bias term on the tensor cores, 7: and the scales
  * converted at the fold, 8: and split-K in two where it shortens the
  * waves (small grids: most cases here), 10: and x as one f16 term
- * (checked against TOL_GEMM_F16X, gemm_tol), 2: k steps of 64, 4: of
+ * (checked against TOL_GEMM_F16X, gemm_tol), 11: and the weights as f16,
+ * 12: 11 at 2 blocks per SM, 2: k steps of 64, 4: of
  * 32; with multi, 3: one launch per matrix); under any
  * other impl just that one. Returns how many; gemm_impl_at(i) sets the
  * i-th. */
@@ -271,15 +273,15 @@ static int g_impl_base;
 static int gemm_impls(int multi)
 {
 	g_impl_base = kc_gemm_impl(-1);
-	return g_impl_base ? 1 : multi ? 9 : 8;
+	return g_impl_base ? 1 : multi ? 11 : 10;
 }
 static void gemm_impl_at(int i)
 {
-	static const int tc[9] = {0, 5, 6, 7, 8, 10, 2, 4, 3};
+	static const int tc[11] = {0, 5, 6, 7, 8, 10, 11, 12, 2, 4, 3};
 	kc_gemm_impl(g_impl_base ? g_impl_base : tc[i]);
 }
 
-/* Whether kc_gemm_impl(8) (and 10) splits a launch of `tiles` row tiles (128 rows
+/* Whether kc_gemm_impl(8) (and 10-12) splits a launch of `tiles` row tiles (128 rows
  * each, summed over the launch's matrices) over n tokens of cols columns
  * in groups of gs in two along k: tg_ksplit's rule (kcuda.cu; keep in
  * step), on this device's SM count: each half whole k steps of 64 and
@@ -295,7 +297,7 @@ static int splitk_expected(int n, int cols, int gs, int tiles)
 
 /* After one GEMM launch of that shape under the current kc_gemm_impl,
  * with kc_path_count(KC_PATH_SPLITK) at `before` ahead of it: under 8 and
- * 10 the split-K path ran exactly where splitk_expected says; under the
+ * 10-12 the split-K path ran exactly where splitk_expected says; under the
  * other explicit variants (1-7) it never ran; the default (0) is not
  * checked here (its variant may change; it is 8 now, checked as 8).
  * g_splitk counts the cases that asserted a split. */
@@ -305,7 +307,7 @@ static void expect_splitk(const char *name, uint64_t before, int n, int cols, in
 	const int impl = kc_gemm_impl(-1), ran = kc_path_count(KC_PATH_SPLITK) > before;
 	if (impl == 0)
 		return;
-	const int want = (impl == 8 || impl == 10) && splitk_expected(n, cols, gs, tiles);
+	const int want = (impl == 8 || impl >= 10) && splitk_expected(n, cols, gs, tiles);
 	char what[160];
 	snprintf(what, sizeof(what), "%s: split-K %s", name, want ? "ran" : "did not run");
 	expect(ran == want, what);
@@ -1374,11 +1376,11 @@ gemm:;
 					      (bi + dt) % 3, gemm_n[(bi + gi + dt) % 3]);
 	test_gemm_glu(R, 300, 4096, 4, 64, KDT_F16, 0, 200);
 	test_gemm_glu(R, 130, 1056, 4, 32, KDT_BF16, 1, 70); /* cols % 64 != 0: k steps of 32 */
-	/* kc_gemm_impl(8) and (10) took split-K where the rule says (every
+	/* kc_gemm_impl(8) and (10-12) took split-K where the rule says (every
 	 * GEMM above checks it: expect_splitk); the shapes above other than
 	 * the 5120-row one are grids of 2 to 16 blocks, which split on any
 	 * device of 32 SMs or more: this fails if no case claimed a split */
-	expect(g_splitk > 0, "gemm: some cases claimed split-K (kc_gemm_impl 8, 10) and were checked");
+	expect(g_splitk > 0, "gemm: some cases claimed split-K (kc_gemm_impl 8, 10-12) and were checked");
 	/* the SIMT GEMM (dense weights take it always; every matrix under kc_gemm_impl(1)) */
 	kc_gemm_impl(1);
 	for (int bi = 0; bi < 6; bi += 2)

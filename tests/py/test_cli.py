@@ -240,6 +240,44 @@ def test_bench_json(small):
         assert k in j and j[k] > 0, (k, j)
 
 
+# ---- --fast-prefill / MLXR_FAST_PREFILL: a CUDA prefill GEMM variant; the CPU ignores it ----
+
+def test_fast_prefill_changes_nothing_on_the_cpu(smol):
+    # The flag (run's runopts) and the variable are accepted; a CPU worker
+    # generates exactly what it generates without them.
+    args = ["run", smol, "--device", "cpu", "--temp", "0", "--max", "16", "--raw", "Once upon a time"]
+    plain = mlxr(*args)
+    assert plain.returncode == 0 and plain.stdout.strip(), plain.stderr
+    for extra, env in ((["--fast-prefill"], None), ([], {"MLXR_FAST_PREFILL": "1"}), ([], {"MLXR_FAST_PREFILL": "0"})):
+        r = mlxr(*args, *extra, env=env)
+        assert r.returncode == 0 and r.stdout == plain.stdout, (extra, env, r.stderr)
+
+
+def test_bench_reports_the_prefill_precision(small):
+    # The worker reports what its prefill GEMMs used: f32-class on the CPU,
+    # --fast-prefill or not (the GPU's f16 is checked on a device).
+    args = ["--prefill", "32", "--decode", "8", "--long", "64", "--device", "cpu"]
+    for extra in ([], ["--fast-prefill"]):
+        r = mlxr("bench", small, "--json", *args, *extra)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["prefill_x"] == "f32", r.stdout
+    r = mlxr("bench", small, *args, "--fast-prefill")
+    assert r.returncode == 0 and re.search(r"^prefill x +f32-class$", r.stdout, re.M), r.stdout
+
+
+def test_eval_takes_fast_prefill(small):
+    r = mlxr("eval", small, "--ids", "1 2 3", "--generate", "2", "--device", "cpu", "--fast-prefill")
+    assert r.returncode == 0 and len(r.stdout.split()) == 2, (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("verb", ["run", "bench"])
+def test_bad_fast_prefill_variable_is_named(smol, verb):
+    extra = ["--max", "4", "hi"] if verb == "run" else ["--prefill", "8", "--decode", "2", "--long", "16"]
+    r = mlxr(verb, smol, "--device", "cpu", *extra, env={"MLXR_FAST_PREFILL": "bogus"})
+    assert r.returncode != 0 and "MLXR_FAST_PREFILL=bogus: expected 1" in r.stderr, r.stderr
+    assert not r.stdout
+
+
 # ---- the interactive chat in a real terminal ----
 
 def tmux(*args):

@@ -134,6 +134,24 @@ def test_the_model_runs_in_a_locked_down_worker(smol):
         p.wait()
 
 
+@pytest.mark.parametrize("how", ["flag", "env=1", "env=0"])
+def test_fast_prefill_reaches_the_worker_which_ignores_it_on_the_cpu(smol, how):
+    # --fast-prefill (or MLXR_FAST_PREFILL=1) is passed to the worker role;
+    # on the CPU the worker accepts it, locks down and generates.
+    extra = ["--fast-prefill"] if how == "flag" else []
+    env = {**os.environ, "MLXR_FAST_PREFILL": how[4:]} if how.startswith("env") else None
+    p, w = start_long(smol, "--device", "cpu", *extra, env=env)
+    try:
+        argv = Path(f"/proc/{w}/cmdline").read_bytes().split(b"\0")
+        assert argv[1:3] == [b"--role", b"worker"], argv
+        assert (b"--fast-prefill" in argv) == (how != "env=0"), argv
+        wait_streaming(p)
+        assert status(w)["Seccomp"].strip() == "2"
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_killed_worker_is_reported(smol):
     p, w = start_long(smol)
     time.sleep(1.0)

@@ -473,3 +473,23 @@ def test_deadline_cancels_a_long_request(smol_path):
         assert request(s.port, "GET", "/health")[0] == 200
     finally:
         s.stop()
+
+
+def test_serve_device_and_fast_prefill_flags(smol_path):
+    # --device is checked like run's; --fast-prefill (a CUDA prefill GEMM
+    # variant) is passed to the worker, which ignores it on the CPU: the
+    # server still answers, greedy, the same text as without the flag.
+    r = subprocess.run([MLXR, "serve", smol_path, "--device", "gpu0"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--device gpu0: expected auto, cpu or cuda" in r.stderr
+    body = {"model": "m", "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 12,
+            "temperature": 0}
+    out = []
+    for extra in ((), ("--fast-prefill",)):
+        s = Server(smol_path, "--device", "cpu", "--name", "m", *extra)
+        try:
+            st, _, data = request(s.port, "POST", "/v1/chat/completions", body)
+            assert st == 200, data
+            out.append(json.loads(data)["choices"][0]["message"]["content"])
+        finally:
+            s.stop()
+    assert out[0] and out[0] == out[1]
