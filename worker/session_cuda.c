@@ -293,4 +293,5 @@ int session_cuda_init(char *err, size_t errlen)
 void session_cuda_fast_prefill(void)
 {
 	kc_gemm_impl(KC_GEMM_FAST);
+	kc_attention_impl(KC_ATT_FAST);
 }

@@ -18,8 +18,10 @@ int session_cuda_init(char *err, size_t errlen);
 /* --fast-prefill: every prefill GEMM (n > 1 tokens, quantized weights)
  * from now on rounds x to f16 instead of splitting it into f16 hi + lo,
  * and the dequantized weights to f16 (kc_gemm_impl(KC_GEMM_FAST): about
- * half the tensor-core work, no per-group fold, 2 blocks per SM; prefill
- * logits ~1e-3..4e-3 normwise from the CPU's instead of < 1e-4; decode is
+ * half the tensor-core work, no per-group fold, 2 blocks per SM), and runs
+ * the prompt's attention on the tensor cores with q, K/V and the softmax
+ * weights rounded to f16 (kc_attention_impl(KC_ATT_FAST)); prefill logits
+ * ~1e-3..4e-3 normwise from the CPU's instead of < 1e-4; decode is
  * unaffected). Call once, before the model is opened: LOAD's warm-up
  * then runs the variant every later prefill takes, before the seccomp
  * step. Process-wide, not thread-safe. The GPU bench reports it
