@@ -86,6 +86,18 @@ static int rope_fused_expected(const model *m)
 	       (hd == 32 || hd == 64 || hd == 128 || hd == 256);
 }
 
+/* Whether a prompt of n tokens takes the tensor-core attention
+ * (KC_PATH_ATT_F16) in its prefill: under attention impl 5 or 6 where
+ * k_attn_fa16 serves the heads (kcuda.h: n >= 16, head_dim 64, 128 or
+ * 256; at most 64 q heads per kv head). Elsewhere never. */
+static int att_f16_expected(const model *m, int n)
+{
+	const model_config *c = &m->cfg;
+	const int hd = c->head_dim, ai = kc_attention_impl(-1);
+	return (ai == 5 || ai == 6) && n >= 16 && (hd == 64 || hd == 128 || hd == 256) &&
+	       c->n_heads / c->n_kv_heads <= 64;
+}
+
 /* One model, one prompt. */
 static void check_prompt(const char *label, const model *m, const gpu_model *g, const int *ids, int n)
 {
@@ -100,10 +112,16 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 	if (model_forward(m, &cs, ids, n, 1))
 		die("cpu forward");
 	memcpy(cl, cs.logits, (size_t)n * V * 4);
-	const uint64_t sk = kc_path_count(KC_PATH_SPLITK);
+	const uint64_t sk = kc_path_count(KC_PATH_SPLITK), af = kc_path_count(KC_PATH_ATT_F16);
 	if (gpu_forward(g, &gs, ids, n, 1) || gpu_logits(g, &gs, gl, n))
 		die("gpu forward");
-	const uint64_t splitk = kc_path_count(KC_PATH_SPLITK) - sk;
+	const uint64_t splitk = kc_path_count(KC_PATH_SPLITK) - sk, attf16 = kc_path_count(KC_PATH_ATT_F16) - af;
+	checks++;
+	if ((attf16 > 0) != att_f16_expected(m, n)) {
+		failures++;
+		printf("FAIL %s: the prefill's attention %s the tensor cores (%llu launches)\n", label,
+		       attf16 ? "ran on" : "did not run on", (unsigned long long)attf16);
+	}
 	double num = 0, den = 0, dmax = 0;
 	int nonfinite = 0;
 	for (size_t i = 0; i < (size_t)n * V; i++) {
@@ -160,8 +178,10 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 		printf("FAIL %s: greedy differs at step %d (cpu %d gpu %d, cpu margin %.4g, near-tie under %.3g)\n", label,
 		       first, cpu[first], gpu[first], (double)marg[first], (double)tie);
 	} else {
-		printf("ok   %s: prompt %d tokens, prefill rel %.2g (split-K launches %llu), decode RoPE in %s, greedy %s",
-		       label, n, rel, (unsigned long long)splitk, fused ? "one launch" : "two launches",
+		printf("ok   %s: prompt %d tokens, prefill rel %.2g (split-K launches %llu, f16 attention %llu), decode "
+		       "RoPE in %s, greedy %s",
+		       label, n, rel, (unsigned long long)splitk, (unsigned long long)attf16,
+		       fused ? "one launch" : "two launches",
 		       first < 0 ? "identical for 128 tokens" : "diverges at a near-tie");
 		if (first >= 0)
 			printf(" (step %d, margin %.4g, near-tie under %.3g)", first, (double)marg[first], (double)tie);
