@@ -2910,7 +2910,8 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
  * 11: 10 with the weights as f16 s c + b in the A tile (no per-group P,
  *    fold or bias term: 152 registers instead of 224): 1330 / 9949;
  * 12: 11 at 2 blocks per SM (128 registers, no spills, 3 stages): 1149 /
- *    7679 (session 5, call 2), KC_GEMM_FAST. 10-12 are opt-in (the
+ *    7679 (session 5, call 2); 1089 / 7640 with tg_ksplit counting waves
+ *    of two blocks per SM too (call 5), KC_GEMM_FAST. 10-12 are opt-in (the
  *    user's --fast-prefill): the default keeps x hi + lo and exact codes.
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
@@ -2928,15 +2929,23 @@ static int tg_impl(void)
  * would end in a tail wave and 2b half-length blocks take at most 0.8 of
  * its time, counted in waves (8B q/k/v at n = 512: 192 blocks, 2 waves
  * against 3 half waves; 1B o and down: 64 blocks, 1 against 1 half);
- * else 1. Each half must be whole k steps of 64 and whole groups. */
+ * else 1; under 12 also where that holds for waves of two blocks per SM
+ * (8B o and down at n = 512: 128 blocks, split to fill the 264 slots: 106
+ * -> 96 and 355 -> 310 us; q/k/v, 192 blocks, split by the first count:
+ * 147 us split, 167 not; session 5). Each half must be whole k steps of
+ * 64 and whole groups. */
 static int tg_ksplit(const tg_x &x, int tiles)
 {
 	const int half = x.cols / 2;
 	if (tg_impl() < 8 || tg_impl() == 9 || x.cols % 128 || half % x.group)
 		return 1;
-	const long b = (long)((x.n + 127) / 128) * tiles, w1 = (b + g_sms - 1) / g_sms,
-		   w2 = (2 * b + g_sms - 1) / g_sms;
-	return 5 * w2 <= 8 * w1 ? 2 : 1;
+	const long b = (long)((x.n + 127) / 128) * tiles;
+	auto shorter = [b](long slots) { /* 2b half blocks in <= 0.8 of b's waves */
+		return 5 * ((2 * b + slots - 1) / slots) <= 8 * ((b + slots - 1) / slots);
+	};
+	/* under impl 12 two blocks fit per SM (up to 6 bits: 3 stages of 110.6
+	 * KB at most; 8 bits take 117 KB): waves of 2 per SM count too */
+	return shorter(g_sms) || (tg_impl() == 12 && x.bits <= 6 && shorter(2L * g_sms)) ? 2 : 1;
 }
 
 template <int BITS, class S>

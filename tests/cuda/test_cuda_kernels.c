@@ -286,13 +286,18 @@ static void gemm_impl_at(int i)
  * in groups of gs in two along k: tg_ksplit's rule (kcuda.cu; keep in
  * step), on this device's SM count: each half whole k steps of 64 and
  * whole groups, and 2b half-length blocks (b = 128-token tiles x row
- * tiles, one per SM) take at most 0.8 of b's waves. */
-static int splitk_expected(int n, int cols, int gs, int tiles)
+ * tiles, one per SM) take at most 0.8 of b's waves, or under 12 (up to
+ * 6 bits) the same with two blocks per SM. */
+static int shorter_waves(long b, long slots)
+{
+	return 5 * ((2 * b + slots - 1) / slots) <= 8 * ((b + slots - 1) / slots);
+}
+static int splitk_expected(int n, int cols, int gs, int bits, int tiles)
 {
 	const long sms = kc_sm_count(), b = (long)((n + 127) / 128) * tiles;
 	if (cols % 128 || (cols / 2) % gs || sms < 1)
 		return 0;
-	return 5 * ((2 * b + sms - 1) / sms) <= 8 * ((b + sms - 1) / sms);
+	return shorter_waves(b, sms) || (kc_gemm_impl(-1) == 12 && bits <= 6 && shorter_waves(b, 2 * sms));
 }
 
 /* After one GEMM launch of that shape under the current kc_gemm_impl,
@@ -302,12 +307,12 @@ static int splitk_expected(int n, int cols, int gs, int tiles)
  * checked here (its variant may change; it is 8 now, checked as 8).
  * g_splitk counts the cases that asserted a split. */
 static int g_splitk;
-static void expect_splitk(const char *name, uint64_t before, int n, int cols, int gs, int tiles)
+static void expect_splitk(const char *name, uint64_t before, int n, int cols, int gs, int bits, int tiles)
 {
 	const int impl = kc_gemm_impl(-1), ran = kc_path_count(KC_PATH_SPLITK) > before;
 	if (impl == 0)
 		return;
-	const int want = (impl == 8 || impl >= 10) && splitk_expected(n, cols, gs, tiles);
+	const int want = (impl == 8 || impl >= 10) && splitk_expected(n, cols, gs, bits, tiles);
 	char what[160];
 	snprintf(what, sizeof(what), "%s: split-K %s", name, want ? "ran" : "did not run");
 	expect(ran == want, what);
@@ -345,7 +350,7 @@ static void test_gemm(const kernel_table *R, int rows, int cols, int bits, int g
 		snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s t0-1", gemm_impl_name(), bits, gs, dtn(sdt),
 			 rows, cols, n, use_bias ? " +bias" : "");
 		compare(name, dy, ref, (size_t)2 * rows, gemm_tol());
-		expect_splitk(name, sk, n, cols, gs, (rows + 127) / 128);
+		expect_splitk(name, sk, n, cols, gs, bits, (rows + 127) / 128);
 		if (n > 2) {
 			snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s", gemm_impl_name(), bits, gs,
 				 dtn(sdt), rows, cols, n, use_bias ? " +bias" : "");
@@ -508,7 +513,7 @@ static void test_fused_rows(const kernel_table *R, int bits, int gs, kdtype sdt,
 			tiles += (rows[i] + 127) / 128;
 		}
 		if (n > 1) /* one launch over all the row tiles (one scale dtype) */
-			expect_splitk(name, sk, n, cols, gs, tiles);
+			expect_splitk(name, sk, n, cols, gs, bits, tiles);
 	}
 	if (n > 1)
 		kc_gemm_impl(g_impl_base);
@@ -615,7 +620,7 @@ static void test_gemm_glu(const kernel_table *R, int rows, int cols, int bits, i
 			 dtn(sdt), rows, cols, n, act);
 		compare(name, dy, ref, ny, gemm_tol());
 		/* gate and up: one launch over both matrices' row tiles */
-		expect_splitk(name, sk, n, cols, gs, 2 * ((rows + 127) / 128));
+		expect_splitk(name, sk, n, cols, gs, bits, 2 * ((rows + 127) / 128));
 	}
 	kc_gemm_impl(g_impl_base);
 	kc_free(dx); kc_free(dy); kc_free(dz);
