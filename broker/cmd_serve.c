@@ -36,7 +36,7 @@ static const char usage[] =
 	"  --deadline S          a request's total time, queue included (600)\n"
 	"  --log-prompts         include request bodies in the request log (off: never)\n"
 	"  --device D            auto (default), cpu or cuda (or $MLXR_DEVICE)\n"
-	"  --fast-prefill        CUDA: prefill GEMMs on f16-rounded x and weights (or $MLXR_FAST_PREFILL=1)\n";
+	"  --fast-prefill        CUDA: prefill GEMMs and attention on f16 operands (or $MLXR_FAST_PREFILL=1)\n";
 
 static int num(const char *s, double lo, double hi, double *out)
 {

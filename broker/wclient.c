@@ -110,8 +110,10 @@ static int spawn(const char *role, int no_sandbox, pid_t *pid, int *sock, char *
 	/* MLXR_WORKER_FAULT_AFTER=N (tests): the worker answers request N+1
 	 * with a malformed packet, proving the broker survives it. */
 	const char *fault = getenv("MLXR_WORKER_FAULT_AFTER");
-	/* at most 3 + 2 (device) + 1 (fast prefill) + 1 (no sandbox) + 2 (fault) + NULL */
-	char *argv[10] = { "mlxr-worker", "--role", (char *)role, NULL };
+	/* at most 3 + 2 (device) + 1 (fast prefill) + 1 (no sandbox) + 2 (fault)
+	 * + NULL = 10; room to spare, and a new flag must keep the sum under 16 */
+	char *argv[16] = { "mlxr-worker", "--role", (char *)role, NULL };
+	_Static_assert(3 + 2 + 1 + 1 + 2 + 1 <= sizeof(argv) / sizeof(argv[0]), "spawn argv");
 	int ac = 3;
 	if (dev && *dev && strcmp(dev, "auto") && !strcmp(role, "worker")) {
 		argv[ac++] = "--device";

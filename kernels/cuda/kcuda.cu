@@ -2852,6 +2852,8 @@ extern "C" int kc_linear_reserve(int n, int cols)
 
 extern "C" int kc_gemm_impl(int impl)
 {
+	if (impl == 9 || impl > 12) /* no such variant (9: rejected in run 31) */
+		return -1;
 	return impl_swap(&g_gemm_impl, impl);
 }
 
@@ -2871,7 +2873,7 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *
 	__half *xh = (__half *)g_tg_ws, *xl = xh + (size_t)n * cols;
 	float *xs = (float *)(xl + (size_t)n * cols), *inv = xs + (size_t)n * (cols / group);
 	/* kc_gemm_impl(10-12) read hi only (k steps of 64: tg_launch) */
-	const int one = tg_impl() >= 10 && cols % 64 == 0;
+	const int one = tg_impl() >= 10 && tg_impl() <= 12 && cols % 64 == 0;
 	k_xsplit<<<n, 256, 0, g_stream>>>(x, n, cols, group, bits, xh, one ? NULL : xl, xs, inv);
 	LAUNCHED("k_xsplit");
 	*o = {xh, xl, xs, inv, n, cols, group, bits};
@@ -2882,6 +2884,7 @@ template <int BITS, class S, int BK, int NT, int BT = 0>
 static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
 {
 	dim3 grid((x.n + NT / 2 - 1) / (NT / 2), tiles, ks);
+	g_path[KC_PATH_GEMM_F16X] += tg_xt(BT) == 1;
 	k_gemm_tc<BITS, S, BK, NT, BT><<<grid, NT, tg_smem(BITS, BK, NT, BT), g_stream>>>(M, x.cols, x.group, x.xh, x.xl,
 										    x.xs, x.inv, x.n);
 	LAUNCHED("k_gemm_tc");
@@ -2937,7 +2940,7 @@ static int tg_impl(void)
 static int tg_ksplit(const tg_x &x, int tiles)
 {
 	const int half = x.cols / 2;
-	if (tg_impl() < 8 || tg_impl() == 9 || x.cols % 128 || half % x.group)
+	if ((tg_impl() != 8 && (tg_impl() < 10 || tg_impl() > 12)) || x.cols % 128 || half % x.group)
 		return 1;
 	const long b = (long)((x.n + 127) / 128) * tiles;
 	auto shorter = [b](long slots) { /* 2b half blocks in <= 0.8 of b's waves */
@@ -2952,8 +2955,8 @@ template <int BITS, class S>
 static int tg_launch(const tg_mats &M, int tiles, const tg_x &x, int ks)
 {
 	const int impl = tg_impl();
-	if (impl == 12 && x.cols % 64 == 0)
-		return tg_launch_bk<BITS, S, 64, 256, 60>(M, tiles, x, ks);
+	if (impl == 12 && x.cols % 64 == 0) /* 8 bits: two blocks do not fit (117 KB): 11's kernel */
+		return tg_launch_bk<BITS, S, 64, 256, BITS <= 6 ? 60 : 28>(M, tiles, x, ks);
 	if (impl == 11 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 28>(M, tiles, x, ks);
 	if (impl == 10 && x.cols % 64 == 0)

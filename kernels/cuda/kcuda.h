@@ -99,14 +99,18 @@ int kc_linear_reserve(int n, int cols);
  * into it: deterministic), 10 8 with x as one f16 term instead of hi + lo
  * (half the tensor work; x rounded to f16: bf16-class, not f32-class,
  * accuracy), 11 10 with the weights rounded to f16 too (s c + b in the
- * tile: no per-group fold), 12 11 at 2 blocks per SM (tests and
- * benchmarks compare them).
- * impl < 0 only reads; returns the previous setting; not thread-safe. */
+ * tile: no per-group fold), 12 11 at 2 blocks per SM (8 bits: 11's
+ * kernel; tests and benchmarks compare them). 10-12 apply where cols %
+ * 64 == 0 (else the f32-class kernel: KC_PATH_GEMM_F16X counts them).
+ * impl < 0 only reads; returns the previous setting; 9 or above 12: -1,
+ * nothing set; not thread-safe. */
 int kc_gemm_impl(int impl);
 /* The variant a user's fast prefill selects (x and the weights rounded to
- * f16 in the prefill GEMM; decode is unaffected): kc_gemm_impl(KC_GEMM_FAST).
- * H200, 8B shape, prefill 512: 7,026 tok/s (8) -> 11,540 (12); prefill
- * logits within 3.9e-3 normwise of the CPU's (1e-4 under 8). */
+ * f16 in the prefill GEMM; the decode kernels are unaffected, decoding
+ * reads the K/V the prefill wrote): kc_gemm_impl(KC_GEMM_FAST). H200, 8B
+ * layer GEMM at 512 tokens 2036 us (8) -> 1089 (12); with KC_ATT_FAST the
+ * 8B prefill of 512 tokens 7,049 -> 13,789 tok/s; prefill logits within
+ * 3.9e-3 normwise of the CPU's (1e-4 under 8). */
 #define KC_GEMM_FAST 12
 /* Up to KC_MAX_FUSE matrices sharing one input (q/k/v, gate/up) in one
  * launch when n == 1 and all have the same cols/bits/group/dtypes;
@@ -218,7 +222,8 @@ int kc_attention(const float *q, const float *kcache, const float *vcache, float
  * stays f32) and the softmax weights rounded to f16, f32 accumulation and
  * softmax (f16-class accuracy, not f32-class), 64 (query, head) rows per
  * block (benchmarks); 6 as 5 with 128 rows per block (the fast prefill's
- * choice, KC_ATT_FAST). impl < 0 only reads; returns the previous
+ * choice, KC_ATT_FAST). Under 5 and 6 q, k and v must stay within f16's
+ * range (|v| < 65504; not scaled as the GEMM's x is). impl < 0 only reads; returns the previous
  * setting; not thread-safe. */
 int kc_attention_impl(int impl);
 /* The variant a user's fast prefill selects with KC_GEMM_FAST (decode is
@@ -252,9 +257,11 @@ int kc_rope_impl(int impl);
  * by kc_path_reset; not thread-safe. mlxr itself reads none. */
 typedef enum {
 	KC_PATH_SPLITK,     /* a tensor-core GEMM launch split in two along k
-			     * (kc_gemm_impl 8, 10: output zeroed, both halves add) */
+			     * (kc_gemm_impl 8, 10-12: output zeroed, both halves add) */
 	KC_PATH_ROPE_FUSED, /* kc_qk_rope_attention in one launch (the split
 			     * kernel norms, rotates and appends itself) */
+	KC_PATH_GEMM_F16X,  /* a tensor-core GEMM launch on the one-term f16 x
+			     * (kc_gemm_impl 10-12 where cols % 64 == 0) */
 	KC_PATH_ATT_F16,    /* kc_attention on the tensor cores (k_attn_fa16,
 			     * kc_attention_impl 5, 6) */
 	KC_PATH_COUNT
@@ -262,7 +269,7 @@ typedef enum {
 /* Calls that took path p since the start or kc_path_reset; 0 for p out of range. */
 uint64_t kc_path_count(kc_path p);
 void kc_path_reset(void);
-/* The SM count of kc_init's device (what kc_gemm_impl 8's choice of
+/* The SM count of kc_init's device (what kc_gemm_impl 8's (10-12's) choice of
  * split-K depends on, so a test can tell which shapes split). */
 int kc_sm_count(void);
 /* Greedy token selection on the device: d_out[0] = argmax(logits[vocab])

@@ -1,17 +1,18 @@
 /* tests/cuda/test_cuda_forward.c — the GPU forward pass against the CPU
  * forward pass (worker/forward.c, reference kernels):
  *   1. prefill logits of the prompt (all positions) agree (normwise 1e-4;
- *      TOL_LOGITS_F16X 1e-2 under kc_gemm_impl(10-12), x (and the weights)
- *      rounded to f16, or kc_attention_impl(5, 6), the prompt's attention
- *      on f16 operands: measured 1.0e-3 to 3.9e-3 on the fixture and the
- *      random models);
+ *      TOL_LOGITS_F16X 1e-2 where the prefill took an f16 path: the GEMM
+ *      on f16 x (kc_gemm_impl 10-12) or the attention on f16 operands
+ *      (kc_attention_impl 5, 6), as the path counters show: measured
+ *      1.0e-3 to 3.9e-3 on the fixture and the random models);
  *   2. 128 greedy tokens: GPU (captured decode step replayed, token chosen
  *      on the device) equals CPU, or first differs where the CPU's top-1
  *      minus top-2 logit is under the near-tie margin (where the summation
- *      order may legitimately decide): NEAR_TIE, or twice the largest
- *      logit difference check 1 measured where that is more (two logits
- *      each off by that much can swap; only kc_gemm_impl(10-12)'s f16 x
- *      gets there);
+ *      order may legitimately decide): NEAR_TIE; on a prompt whose prefill
+ *      took an f16 path (KC_PATH_GEMM_F16X, KC_PATH_ATT_F16: the fast
+ *      prefill) twice the largest logit difference check 1 measured where
+ *      that is more (two logits each off by that much can swap), at most
+ *      NEAR_TIE_F16X_MAX; the excused divergences are counted at the end;
  *   3. prefill and decode agree: one GPU prefill over prompt + generated
  *      picks, at every position, the token that decoding picked (or the
  *      position is a near-tie by the same margin).
@@ -41,8 +42,9 @@
 #define NEAR_TIE 0.01f
 #define TOL_LOGITS 1e-4
 #define TOL_LOGITS_F16X 1e-2
+#define NEAR_TIE_F16X_MAX 0.5f
 
-static int failures, checks;
+static int failures, checks, g_tie_f16, g_near_ties;
 static uint64_t rng = 0x243F6A8885A308D3ull;
 
 static uint32_t rnd(void) { return (uint32_t)(test_xorshift(&rng) >> 11); }
@@ -112,10 +114,13 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 	if (model_forward(m, &cs, ids, n, 1))
 		die("cpu forward");
 	memcpy(cl, cs.logits, (size_t)n * V * 4);
-	const uint64_t sk = kc_path_count(KC_PATH_SPLITK), af = kc_path_count(KC_PATH_ATT_F16);
+	const uint64_t sk = kc_path_count(KC_PATH_SPLITK), af = kc_path_count(KC_PATH_ATT_F16),
+		       gx = kc_path_count(KC_PATH_GEMM_F16X);
 	if (gpu_forward(g, &gs, ids, n, 1) || gpu_logits(g, &gs, gl, n))
 		die("gpu forward");
 	const uint64_t splitk = kc_path_count(KC_PATH_SPLITK) - sk, attf16 = kc_path_count(KC_PATH_ATT_F16) - af;
+	/* an f16 path ran in this prefill: the fast prefill's tolerances */
+	const int f16 = attf16 > 0 || kc_path_count(KC_PATH_GEMM_F16X) > gx;
 	checks++;
 	if ((attf16 > 0) != att_f16_expected(m, n)) {
 		failures++;
@@ -132,13 +137,14 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 		dmax = fmax(dmax, fabs(d));
 		den += (double)cl[i] * cl[i];
 	}
-	double rel = sqrt(num / (den > 0 ? den : 1)), tol = kc_gemm_impl(-1) >= 10 || kc_attention_impl(-1) >= 5 ? TOL_LOGITS_F16X : TOL_LOGITS;
+	const double rel = sqrt(num / (den > 0 ? den : 1)), tol = f16 ? TOL_LOGITS_F16X : TOL_LOGITS;
 	checks++;
 	if (nonfinite || !(rel <= tol)) {
 		failures++;
 		printf("FAIL %s: prefill logits rel %.3g (tol %.0e), %d non-finite\n", label, rel, tol, nonfinite);
 	}
-	const float tie = fmaxf(NEAR_TIE, (float)(2 * dmax));
+	const float tie = f16 ? fminf(NEAR_TIE_F16X_MAX, fmaxf(NEAR_TIE, (float)(2 * dmax))) : NEAR_TIE;
+	g_tie_f16 += f16;
 	/* 2. greedy: CPU one token at a time; GPU replays the captured step */
 	int cpu[GEN], gpu[GEN];
 	float marg[GEN];
@@ -183,8 +189,10 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 		       label, n, rel, (unsigned long long)splitk, (unsigned long long)attf16,
 		       fused ? "one launch" : "two launches",
 		       first < 0 ? "identical for 128 tokens" : "diverges at a near-tie");
-		if (first >= 0)
+		if (first >= 0) {
 			printf(" (step %d, margin %.4g, near-tie under %.3g)", first, (double)marg[first], (double)tie);
+			g_near_ties++;
+		}
 		printf("\n");
 	}
 	/* 3. prefill over prompt + generated agrees with decode */
@@ -502,11 +510,13 @@ int main(int argc, char **argv)
 	if (gi) {
 		const int ran = kc_path_count(KC_PATH_SPLITK) > 0;
 		checks++;
-		if (ran != (gi == 8 || gi >= 10)) {
+		if (ran != (gi == 8 || (gi >= 10 && gi <= 12))) {
 			failures++;
 			printf("FAIL gemm impl %d: split-K %s\n", gi, ran ? "ran" : "never ran");
 		}
 	}
+	printf("greedy divergences excused as near-ties: %d (prompts on an f16 prefill path: %d)\n", g_near_ties,
+	       g_tie_f16);
 	printf("%d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;
 }
