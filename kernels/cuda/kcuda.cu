@@ -296,6 +296,19 @@ struct BF16 {
 		uint32_t v = __ldg((const uint32_t *)p + e); s = ps(&v); b = pb(&v); }
 };
 
+/* pair e's SW raw words (ps / pb read them later) */
+template <class S>
+static __device__ __forceinline__ void sb_words(const void *p, size_t e, uint32_t (&w)[S::SW])
+{
+	if constexpr (S::SW == 2) {
+		const uint2 v = __ldg((const uint2 *)p + e);
+		w[0] = v.x;
+		w[S::SW - 1] = v.y;
+	} else {
+		w[0] = __ldg((const uint32_t *)p + e);
+	}
+}
+
 /* ---- scales and biases on the device ----
  * kc_matrix_upload and kc_matrix_random store a quantized matrix's scales
  * and biases interleaved: pair (row, group) = (scale, bias), two elements
@@ -2131,7 +2144,7 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 			const float v = x[col] * sc;
 			const __half h = __float2half_rn(v);
 			hp[q] = h;
-			if (lp) /* NULL: one-term x (kc_gemm_impl(10)) */
+			if (lp) /* NULL: one-term x (kc_gemm_impl(10-12)) */
 				lp[q] = __float2half_rn(v - __half2float(h));
 			s += v;
 		}
@@ -2243,14 +2256,7 @@ __global__ void __launch_bounds__(NT, NT == 128 || (BT & 32) ? 2 : 1)
 	uint32_t wraw[S::SW];
 	auto ws_load = [&](int kt) {
 		const int gi = (kbase + kt * BK + (tid >> 7) * (BK / PP)) / group;
-		const size_t e = sb_at(min(row0 + trow, rows - 1), gi, ngp, tsh);
-		if constexpr (S::SW == 2) {
-			const uint2 v = __ldg((const uint2 *)SB + e);
-			wraw[0] = v.x;
-			wraw[S::SW - 1] = v.y;
-		} else {
-			wraw[0] = __ldg((const uint32_t *)SB + e);
-		}
+		sb_words<S>(SB, sb_at(min(row0 + trow, rows - 1), gi, ngp, tsh), wraw);
 	};
 	auto dequant = [&](int kt, int stg) {
 		/* this thread's chunks of 32 columns: its own copies */
@@ -2294,12 +2300,8 @@ __global__ void __launch_bounds__(NT, NT == 128 || (BT & 32) ? 2 : 1)
 				if constexpr (!RAW) {
 					S::ldp(SB, e, sv[mi][h], bv[mi][h]);
 					sv[mi][h] *= SC;
-				} else if constexpr (S::SW == 2) {
-					const uint2 v = __ldg((const uint2 *)SB + e);
-					sw[mi][h][0] = v.x;
-					sw[mi][h][S::SW - 1] = v.y;
 				} else {
-					sw[mi][h][0] = __ldg((const uint32_t *)SB + e);
+					sb_words<S>(SB, e, sw[mi][h]);
 				}
 			}
 #pragma unroll
@@ -2865,6 +2867,8 @@ static int tg_ok(const kq_matrix *m)
 }
 
 static int tg_impl(void);
+/* kc_gemm_impl 10-12: x as one f16 term (k steps of 64 only: tg_launch) */
+static int tg_one_term(int impl) { return impl >= 10 && impl <= 12; }
 
 static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *o)
 {
@@ -2872,8 +2876,7 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *
 		return -1;
 	__half *xh = (__half *)g_tg_ws, *xl = xh + (size_t)n * cols;
 	float *xs = (float *)(xl + (size_t)n * cols), *inv = xs + (size_t)n * (cols / group);
-	/* kc_gemm_impl(10-12) read hi only (k steps of 64: tg_launch) */
-	const int one = tg_impl() >= 10 && tg_impl() <= 12 && cols % 64 == 0;
+	const int one = tg_one_term(tg_impl()) && cols % 64 == 0; /* hi only */
 	k_xsplit<<<n, 256, 0, g_stream>>>(x, n, cols, group, bits, xh, one ? NULL : xl, xs, inv);
 	LAUNCHED("k_xsplit");
 	*o = {xh, xl, xs, inv, n, cols, group, bits};
@@ -2940,7 +2943,7 @@ static int tg_impl(void)
 static int tg_ksplit(const tg_x &x, int tiles)
 {
 	const int half = x.cols / 2;
-	if ((tg_impl() != 8 && (tg_impl() < 10 || tg_impl() > 12)) || x.cols % 128 || half % x.group)
+	if ((tg_impl() != 8 && !tg_one_term(tg_impl())) || x.cols % 128 || half % x.group)
 		return 1;
 	const long b = (long)((x.n + 127) / 128) * tiles;
 	auto shorter = [b](long slots) { /* 2b half blocks in <= 0.8 of b's waves */
@@ -4108,7 +4111,7 @@ __global__ void __launch_bounds__(FA_THREADS)
  * product and sum in f32 (TOL_ATT_F16 in the tests). */
 #define FT_L2E 1.4426950408889634f
 
-static __host__ __device__ __forceinline__ int ft_kt(int hd) { return hd == 256 ? 32 : 64; }
+static __host__ __device__ constexpr int ft_kt(int hd) { return hd == 256 ? 32 : 64; }
 
 static size_t ft_smem(int hd, int nw)
 {
@@ -4124,19 +4127,13 @@ static __device__ __forceinline__ void ft_ldsm4t(uint32_t (&r)[4], uint32_t addr
 		     : "r"(addr));
 }
 
-static __device__ __forceinline__ uint32_t ft_h2(float lo, float hi)
-{
-	__half2 h = __floats2half2_rn(lo, hi);
-	return *(uint32_t *)&h;
-}
-
 template <int HD, int NW>
 __global__ void __launch_bounds__(32 * NW)
 	k_attn_fa16(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
 		    float *__restrict__ out, int n, int nh, int nkv, float scale, int window, float softcap,
 		    const int *d_pos)
 {
-	constexpr int KT = HD == 256 ? 32 : 64; /* = ft_kt(HD) */
+	constexpr int KT = ft_kt(HD);
 	constexpr int LDH = HD + 8, NT = 32 * NW, ROWS = 16 * NW, HD4 = HD / 4;
 	constexpr int NKS = HD / 16; /* k steps of S = Q K^T */
 	constexpr int NKN = KT / 8;  /* key n-tiles of S */
@@ -4195,7 +4192,7 @@ __global__ void __launch_bounds__(32 * NW)
 					float2 v = make_float2(0.0f, 0.0f);
 					if (ok)
 						v = *(const float2 *)(qp + ks * 16 + c * 8);
-					qf[ks][h + 2 * c] = ft_h2(v.x, v.y);
+					qf[ks][h + 2 * c] = tg_h2(v.x, v.y);
 				}
 		}
 	} else {
@@ -4205,7 +4202,7 @@ __global__ void __launch_bounds__(32 * NW)
 			float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 			if (r < R && t < n)
 				v = *(const float4 *)(q + ((size_t)t * nh + kh * rep + r % rep) * HD + d4 * 4);
-			*(uint2 *)(Qh + r * LDH + d4 * 4) = make_uint2(ft_h2(v.x, v.y), ft_h2(v.z, v.w));
+			*(uint2 *)(Qh + r * LDH + d4 * 4) = make_uint2(tg_h2(v.x, v.y), tg_h2(v.z, v.w));
 		}
 		__syncwarp();
 		qf[0][0] = qf[0][1] = qf[0][2] = qf[0][3] = 0;
@@ -4223,8 +4220,8 @@ __global__ void __launch_bounds__(32 * NW)
 		for (int i = tid; i < KT * HD4; i += NT) {
 			const int jj = i / HD4, d4 = i - jj * HD4;
 			const float4 a = *(const float4 *)(Lk + i * 4), b = *(const float4 *)(Lv + i * 4);
-			*(uint2 *)(Kh + jj * LDH + d4 * 4) = make_uint2(ft_h2(a.x, a.y), ft_h2(a.z, a.w));
-			*(uint2 *)(Vh + jj * LDH + d4 * 4) = make_uint2(ft_h2(b.x, b.y), ft_h2(b.z, b.w));
+			*(uint2 *)(Kh + jj * LDH + d4 * 4) = make_uint2(tg_h2(a.x, a.y), tg_h2(a.z, a.w));
+			*(uint2 *)(Vh + jj * LDH + d4 * 4) = make_uint2(tg_h2(b.x, b.y), tg_h2(b.z, b.w));
 		}
 		__syncthreads(); /* f16 tiles visible; the landing buffers are free */
 		if (it + 1 < nt)
@@ -4304,9 +4301,9 @@ __global__ void __launch_bounds__(32 * NW)
 		}
 #pragma unroll
 		for (int kk = 0; kk < KT / 16; kk++) {
-			const uint32_t a[4] = {ft_h2(s[2 * kk][0], s[2 * kk][1]), ft_h2(s[2 * kk][2], s[2 * kk][3]),
-					       ft_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-					       ft_h2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+			const uint32_t a[4] = {tg_h2(s[2 * kk][0], s[2 * kk][1]), tg_h2(s[2 * kk][2], s[2 * kk][3]),
+					       tg_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+					       tg_h2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
 			for (int dp = 0; dp < NDN / 2; dp++) {
 				/* matrices (transposed): keys 16kk + 0..7 / 8..15 ((lane >> 3) & 1) x dims 16dp + 0 / 8 (lane >> 4) */
