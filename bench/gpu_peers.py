@@ -17,7 +17,7 @@ bench/gpu_peers.sh, which installs what bench/gpu_peers_prep.sh made.
 - mlxr: `mlxr bench DIR --device cuda --json`, twice (prefill 512 and
   4096; both decode at 16 and 4096, their mean is reported), through the
   sandboxed GPU worker as users run it; mlxr-fast: the same with
-  --fast-prefill (prefill GEMMs on f16-rounded x and weights).
+  --fast-prefill (prefill GEMMs and attention on f16 operands).
 - Bound: the device-memory read bandwidth mlxr measured (2 GiB reduction)
   / weight bytes per decoded token (every matrix, the output layer once).
 Output: OUT/gpu_peers.json (every run, raw) and OUT/gpu_peers.md (the table).

@@ -23,7 +23,7 @@ static const struct {
 	const char *key, *label;
 } prefill_x_names[WC_PREFILL_X_COUNT] = {
 	[WC_PREFILL_X_F32] = { "f32", "f32-class" },
-	[WC_PREFILL_X_F16] = { "f16", "f16 (--fast-prefill: x and weights rounded to f16)" },
+	[WC_PREFILL_X_F16] = { "f16", "f16 (--fast-prefill: GEMM inputs and attention in f16)" },
 };
 
 /* The breakdown's rows: wire category, JSON name, label. */

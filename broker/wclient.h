@@ -35,8 +35,9 @@ typedef wc_info wclient_info;
  * device exists, else the CPU), "cpu" or "cuda". Without a call,
  * $MLXR_DEVICE, else auto. Returns -1 for any other name. */
 int wclient_set_device(const char *device);
-/* --fast-prefill: every worker started from now on is asked to round x to
- * f16 in its prefill GEMMs (CUDA only; a worker on the CPU ignores it, so
+/* --fast-prefill: every worker started from now on is asked to run its
+ * prefill GEMMs and attention on f16 operands (CUDA only, kcuda.h
+ * KC_GEMM_FAST / KC_ATT_FAST; a worker on the CPU ignores it, so
  * auto may still fall back). Without a call, $MLXR_FAST_PREFILL: 1 on, 0
  * or unset or empty off, any other value fails the worker's start naming
  * it. */

@@ -147,7 +147,8 @@ typedef struct {
  * ran the benchmark reports it: F32 is f32-class on every path (the CPU's
  * f32 GEMM, AMX's exact three-term bf16 split, the GPU's f16 hi + lo
  * split); F16 is the GPU's opt-in fast prefill (--fast-prefill,
- * kc_gemm_impl(KC_GEMM_FAST)): x rounded to one f16 term. */
+ * kc_gemm_impl(KC_GEMM_FAST)): x and the weights rounded to f16 (and the
+ * prompt's attention on f16 operands, kc_attention_impl(KC_ATT_FAST)). */
 typedef enum {
 	WC_PREFILL_X_F32,
 	WC_PREFILL_X_F16,

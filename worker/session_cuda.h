@@ -21,8 +21,9 @@ int session_cuda_init(char *err, size_t errlen);
  * half the tensor-core work, no per-group fold, 2 blocks per SM), and runs
  * the prompt's attention on the tensor cores with q, K/V and the softmax
  * weights rounded to f16 (kc_attention_impl(KC_ATT_FAST)); prefill logits
- * ~1e-3..4e-3 normwise from the CPU's instead of < 1e-4; decode is
- * unaffected). Call once, before the model is opened: LOAD's warm-up
+ * ~1e-3..4e-3 normwise from the CPU's instead of < 1e-4; the decode
+ * kernels are the same, and decoding reads the K/V the prefill wrote).
+ * Call once, before the model is opened: LOAD's warm-up
  * then runs the variant every later prefill takes, before the seccomp
  * step. Process-wide, not thread-safe. The GPU bench reports it
  * (wc_bench_res.prefill_x). */

@@ -15,8 +15,9 @@
  * before cuInit, seccomp once the first LOAD is answered (weights on the
  * device). When cuInit fails under auto it runs on the CPU with the CPU
  * worker's seccomp filter under the GPU worker's Landlock rules.
- * --fast-prefill (worker role, no value): on CUDA, the prefill GEMMs round
- * x to f16 (session_cuda_fast_prefill), set right after cuInit, before
+ * --fast-prefill (worker role, no value): on CUDA, the prefill GEMMs and
+ * attention run on f16 operands (session_cuda_fast_prefill), set right
+ * after cuInit, before
  * LOAD's upload and warm-up and so before seccomp. A worker on the CPU
  * (--device cpu, or auto without a usable device) ignores it: the CPU's
  * GEMMs have no such variant, and auto must be free to fall back.

@@ -3,7 +3,8 @@
  * RESID_IMPL and ROPE_IMPL set kc_attention_impl, kc_matvec_impl,
  * kc_gemm_impl, kc_residual_impl and kc_rope_impl
  * (kernels/cuda/kcuda.h) before anything runs; each one
- * set is printed. For A/B comparisons only: mlxr itself reads none. */
+ * set is printed. For A/B comparisons only: mlxr itself reads none.
+ * Also what the tests expect of a variant's dispatch (att_f16_expected). */
 #ifndef MLXR_TESTS_CUDA_IMPL_ENV_H
 #define MLXR_TESTS_CUDA_IMPL_ENV_H
 
@@ -11,6 +12,16 @@
 #include <stdlib.h>
 
 #include "kernels/cuda/kcuda.h"
+
+/* Whether kc_attention under attention impl `impl` takes k_attn_fa16 (the
+ * tensor-core kernel, KC_PATH_ATT_F16) for n queries of these heads, as
+ * kcuda.h states it: impls 5 and 6, n >= 16, head_dim 64, 128 or 256, at
+ * most 64 q heads per kv head (the tiled kernel's limit); the tests'
+ * statement of the contract, not a copy of the dispatch. */
+static inline int att_f16_expected(int impl, int n, int nh, int nkv, int hd)
+{
+	return (impl == 5 || impl == 6) && n >= 16 && (hd == 64 || hd == 128 || hd == 256) && nh / nkv <= 64;
+}
 
 static inline void impls_from_env(void)
 {

@@ -88,18 +88,6 @@ static int rope_fused_expected(const model *m)
 	       (hd == 32 || hd == 64 || hd == 128 || hd == 256);
 }
 
-/* Whether a prompt of n tokens takes the tensor-core attention
- * (KC_PATH_ATT_F16) in its prefill: under attention impl 5 or 6 where
- * k_attn_fa16 serves the heads (kcuda.h: n >= 16, head_dim 64, 128 or
- * 256; at most 64 q heads per kv head). Elsewhere never. */
-static int att_f16_expected(const model *m, int n)
-{
-	const model_config *c = &m->cfg;
-	const int hd = c->head_dim, ai = kc_attention_impl(-1);
-	return (ai == 5 || ai == 6) && n >= 16 && (hd == 64 || hd == 128 || hd == 256) &&
-	       c->n_heads / c->n_kv_heads <= 64;
-}
-
 /* One model, one prompt. */
 static void check_prompt(const char *label, const model *m, const gpu_model *g, const int *ids, int n)
 {
@@ -122,7 +110,9 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 	/* an f16 path ran in this prefill: the fast prefill's tolerances */
 	const int f16 = attf16 > 0 || kc_path_count(KC_PATH_GEMM_F16X) > gx;
 	checks++;
-	if ((attf16 > 0) != att_f16_expected(m, n)) {
+	/* the tensor-core attention ran exactly where impls 5 / 6 serve the heads */
+	if ((attf16 > 0) != att_f16_expected(kc_attention_impl(-1), n, m->cfg.n_heads, m->cfg.n_kv_heads,
+					      m->cfg.head_dim)) {
 		failures++;
 		printf("FAIL %s: the prefill's attention %s the tensor cores (%llu launches)\n", label,
 		       attf16 ? "ran on" : "did not run on", (unsigned long long)attf16);

@@ -33,6 +33,7 @@
 
 #include "kernels/cuda/kcuda.h"
 #include "kernels/kernels.h"
+#include "tests/cuda/impl_env.h"
 #include "tests/test_rng.h"
 
 #define TOL_LINEAR 1e-5
@@ -958,13 +959,6 @@ static void test_glu(const kernel_table *R, int act)
 	compare(name, dg, ref, n, TOL_ELEM);
 	kc_free(dg); kc_free(du);
 	free(g); free(u); free(ref);
-}
-
-/* kc_attention_impl 5 and 6 take k_attn_fa16 (f16 operands) exactly here
- * (kcuda.h: n >= 16, head_dim 64, 128 or 256; rep <= 64 as the tiled kernel) */
-static int att_f16_expected(int impl, int n, int nh, int nkv, int hd)
-{
-	return (impl == 5 || impl == 6) && n >= 16 && (hd == 64 || hd == 128 || hd == 256) && nh / nkv <= 64;
 }
 
 static const char *att_impl_name(int impl)
