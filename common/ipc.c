@@ -92,12 +92,16 @@ int ipc_recv(int sock, ipc_msg *m, char *err, size_t errlen)
 		snprintf(err, errlen, "ipc: receive failed: %s", strerror(errno));
 		return -1;
 	}
-	/* Collect descriptors first, so every error path can close them. */
+	/* Collect descriptors first, so every error path can close them:
+	 * all of them, also those in an SCM_RIGHTS message that follows an
+	 * unexpected one (the kernel puts SCM_CREDENTIALS ahead of the
+	 * descriptors once SO_PASSCRED is set; returning at the first one
+	 * leaked them). tests/unit/test_ipc.c counts them. */
+	int unexpected = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
-			ipc_close_fds(m);
-			snprintf(err, errlen, "ipc: unexpected control message");
-			return -1;
+			unexpected = 1;
+			continue;
 		}
 		size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 		for (size_t i = 0; i < n; i++) {
@@ -108,6 +112,11 @@ int ipc_recv(int sock, ipc_msg *m, char *err, size_t errlen)
 			else
 				close(fd);
 		}
+	}
+	if (unexpected) {
+		ipc_close_fds(m);
+		snprintf(err, errlen, "ipc: unexpected control message");
+		return -1;
 	}
 	if (r == 0 && m->nfds == 0)
 		return 1; /* orderly shutdown */

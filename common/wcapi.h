@@ -175,7 +175,9 @@ typedef struct {
 #include "common/ipc.h"
 
 /* A request travels in a sealed memfd; the unpacked strings point into its
- * mapping (valid while it is mapped). msgs is malloc'd by the unpacker. */
+ * mapping (valid while it is mapped). msgs is malloc'd by the unpacker. A
+ * refused request's err names the field ("malformed generation request:
+ * top_p"; tests/unit/test_ipc.c checks each). */
 int wc_request_pack(const wc_request *r, ipc_blob *b);
 int wc_request_unpack(const uint8_t *p, size_t n, wc_request *r, wc_msg **msgs, char *err, size_t errlen);
 /* Frees what wc_request_unpack allocated (msgs and the stop strings). */

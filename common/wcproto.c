@@ -80,17 +80,25 @@ int wc_request_unpack(const uint8_t *p, size_t n, wc_request *r, wc_msg **msgs, 
 	memset(r, 0, sizeof(*r));
 	*msgs = NULL;
 	size_t l;
+	/* what: the field being read, named in the error (the worker sends
+	 * it back to the broker as the WC_ERR_INVALID message). */
+	const char *what = "message count";
 	uint32_t nm = ipc_get_u32(&rd);
 	if (nm != UINT32_MAX) {
 		if (nm > WC_MAX_MSGS || nm > rd.left / 8) /* each message takes >= 8 bytes */
 			goto bad;
+		what = "out of memory";
 		*msgs = calloc(nm + 1, sizeof(wc_msg));
 		if (!*msgs)
 			goto bad;
 		for (uint32_t i = 0; i < nm; i++) {
 			uint32_t role = ipc_get_u32(&rd);
-			const uint8_t *t = ipc_get_bytes(&rd, WC_MAX_TEXT, &l);
+			what = "message role";
 			if (rd.bad || role >= WC_ROLE_COUNT)
+				goto bad;
+			what = "message text";
+			const uint8_t *t = ipc_get_bytes(&rd, WC_MAX_TEXT, &l);
+			if (!t)
 				goto bad;
 			(*msgs)[i].role = (wc_role)role;
 			(*msgs)[i].text = (const char *)t;
@@ -99,30 +107,47 @@ int wc_request_unpack(const uint8_t *p, size_t n, wc_request *r, wc_msg **msgs, 
 		r->msgs = *msgs;
 		r->n_msgs = nm;
 	} else {
+		what = "prompt";
 		const uint8_t *t = ipc_get_bytes(&rd, WC_MAX_TEXT, &l);
 		if (!t)
 			goto bad;
 		r->prompt = (const char *)t;
 		r->prompt_len = l;
 	}
+	what = "flags";
 	r->no_think = ipc_get_u32(&rd) != 0;
 	r->continue_final = ipc_get_u32(&rd) != 0;
 	r->trim = ipc_get_u32(&rd) != 0;
 	r->parse_special = ipc_get_u32(&rd) != 0;
-	if (get_f(&rd, 0, 100, &r->temperature) || get_f(&rd, 0, 1, &r->top_p) || get_f(&rd, 0, 1, &r->min_p) ||
-	    get_f(&rd, 0, 100, &r->repeat_penalty) || get_f(&rd, -100, 100, &r->presence_penalty) ||
-	    get_f(&rd, -100, 100, &r->frequency_penalty))
+	if (rd.bad)
 		goto bad;
+	/* A truncated float reads as 0, inside every range: rd.bad below
+	 * still rejects it (named "truncated"). */
+	static const struct {
+		const char *name;
+		float lo, hi;
+	} fl[] = { { "temperature", 0, 100 },     { "top_p", 0, 1 },
+		   { "min_p", 0, 1 },             { "repeat_penalty", 0, 100 },
+		   { "presence_penalty", -100, 100 }, { "frequency_penalty", -100, 100 } };
+	float *fv[] = { &r->temperature, &r->top_p, &r->min_p, &r->repeat_penalty, &r->presence_penalty,
+			&r->frequency_penalty };
+	for (size_t k = 0; k < sizeof(fl) / sizeof(fl[0]); k++) {
+		what = fl[k].name;
+		if (get_f(&rd, fl[k].lo, fl[k].hi, fv[k]))
+			goto bad;
+	}
 	r->top_k = (int)ipc_get_u32(&rd);
 	r->repeat_last_n = (int)ipc_get_u32(&rd);
 	r->seed = ipc_get_u64(&rd);
 	r->max_tokens = (int)ipc_get_u32(&rd);
 	uint32_t ns = ipc_get_u32(&rd);
+	what = rd.bad ? "truncated" : r->top_k < 0 ? "top_k" : r->repeat_last_n < 0 ? "repeat_last_n" : "stop count";
 	if (rd.bad || r->top_k < 0 || r->repeat_last_n < 0 || ns > WC_MAX_STOPS)
 		goto bad;
 	r->n_stops = (int)ns;
 	/* Stop strings must be NUL-free; they are copied into a buffer the
 	 * msgs allocation owns, so they end with NUL. */
+	what = "stop string";
 	for (uint32_t i = 0; i < ns; i++) {
 		const uint8_t *t = ipc_get_bytes(&rd, WC_MAX_STOP, &l);
 		if (!t || l == 0 || memchr(t, 0, l))
@@ -134,6 +159,7 @@ int wc_request_unpack(const uint8_t *p, size_t n, wc_request *r, wc_msg **msgs, 
 		c[l] = 0;
 		r->stops[i] = c;
 	}
+	what = "trailing bytes";
 	if (rd.bad || rd.left)
 		goto bad;
 	return 0;
@@ -143,7 +169,7 @@ bad:
 	free(*msgs);
 	*msgs = NULL;
 	memset(r, 0, sizeof(*r));
-	snprintf(err, errlen, "malformed generation request");
+	snprintf(err, errlen, "malformed generation request: %s", what);
 	return -1;
 }
 
