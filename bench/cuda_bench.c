@@ -11,7 +11,7 @@
  *   the bandwidth bound: measured device read bandwidth / bytes one decode
  *     step must read (weights + the K/V rows in the cache, f32), and decode
  *     as a fraction of it.
- * First, per kernel: the decode matvec alone at the 8B shapes (GB/s and
+ * First, per kernel: the decode matvec alone at the 8B and 1B shapes (GB/s and
  * fraction of the read bandwidth), SIMT and tensor-core kernels.
  *   build/cuda-bench mv        that table alone
  *   build/cuda-bench prof 8b   one decode step between profiler start/stop
@@ -212,7 +212,7 @@ static double replay_median_s(int n, const char *what)
 	return ts[2] / n;
 }
 
-/* The decode matvec alone at the Llama-3.1-8B shapes (4-bit g64 f16
+/* The decode matvec alone at the Llama-3.1-8B and -3.2-1B shapes (4-bit g64 f16
  * scales), SIMT kernel vs tensor-core kernel: launches captured as one
  * graph (as in the decode step), rotating over enough copies of the
  * weights that none is still in L2; GB/s = (codes + scales + biases + x + y)
@@ -221,16 +221,26 @@ static double replay_median_s(int n, const char *what)
  * lm_head norming x (the norm weight's 16 KB not counted in GB/s). */
 static void bench_matvec(double bw)
 {
+	/* fz: the fused variant the decode step launches for this row: 1 norms
+	 * x (q/k/v, gate/up+GLU, lm_head), 2 adds into y (o, down), 0 none.
+	 * The 1B rows are Llama-3.2-1B's launches (its step is these at ~7 us
+	 * each); "floor" is one 16-row tile of one 512-column step: what a
+	 * launch costs in the graph with almost nothing to read */
 	static const struct {
 		const char *name;
-		int count, cols, rows[3], glu;
+		int count, cols, rows[3], glu, fz;
 	} ms[] = {
-		{"qkv 3x(4096|1024|1024)x4096", 3, 4096, {4096, 1024, 1024}, 0},
-		{"o 4096x4096", 1, 4096, {4096, 0, 0}, 0},
-		{"gate/up 2x14336x4096", 2, 4096, {14336, 14336, 0}, 0},
-		{"gate/up+GLU 2x14336x4096", 2, 4096, {14336, 14336, 0}, 1},
-		{"down 4096x14336", 1, 14336, {4096, 0, 0}, 0},
-		{"lm_head 128256x4096", 1, 4096, {128256, 0, 0}, 0},
+		{"qkv 3x(4096|1024|1024)x4096", 3, 4096, {4096, 1024, 1024}, 0, 1},
+		{"o 4096x4096", 1, 4096, {4096, 0, 0}, 0, 2},
+		{"gate/up 2x14336x4096", 2, 4096, {14336, 14336, 0}, 0, 0},
+		{"gate/up+GLU 2x14336x4096", 2, 4096, {14336, 14336, 0}, 1, 1},
+		{"down 4096x14336", 1, 14336, {4096, 0, 0}, 0, 2},
+		{"lm_head 128256x4096", 1, 4096, {128256, 0, 0}, 0, 1},
+		{"1B qkv 3x(2048|512|512)x2048", 3, 2048, {2048, 512, 512}, 0, 1},
+		{"1B o 2048x2048", 1, 2048, {2048, 0, 0}, 0, 2},
+		{"1B gate/up+GLU 2x8192x2048", 2, 2048, {8192, 8192, 0}, 1, 1},
+		{"1B down 2048x8192", 1, 8192, {2048, 0, 0}, 0, 2},
+		{"floor 16x512", 1, 512, {16, 0, 0}, 0, 2},
 	};
 	/* columns (kc_matvec_impl): simt 1; wt 3 (tensor cores, warp-per-tile
 	 * for large launches); tc 2 (tensor cores, a tile's columns split
@@ -246,7 +256,7 @@ static void bench_matvec(double bw)
 	} vs[NV] = {{1, 0}, {3, 0}, {2, 0}, {4, 0}, {5, 0}, {2, 1}, {4, 1}, {0, 1},
 		    {6, 0}, {7, 0}, {6, 1}, {7, 1}, {8, 0}, {9, 0}, {8, 1}, {9, 1}};
 	printf("\n%-26s %6s %7s %7s %7s %4s %7s %4s %7s %4s %7s %7s %7s %7s %4s %7s %7s %7s %7s %4s %7s %7s %7s\n",
-	       "matvec 8B q4g64", "MB", "simt us", "wt us", "tc us", "%bw", "cp4 us", "%bw", "cp8 us", "%bw", "f-tc us",
+	       "matvec q4g64", "MB", "simt us", "wt us", "tc us", "%bw", "cp4 us", "%bw", "cp8 us", "%bw", "f-tc us",
 	       "f-cp4", "f-def", "i8 us", "%bw", "d7 us", "f-i8", "f-d7", "p8 us", "%bw", "p9 us", "f-p8", "f-p9");
 	const char *only = getenv("MV_ONLY"); /* one row of the table (its index), e.g. under ncu */
 	for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
@@ -279,8 +289,7 @@ static void bench_matvec(double bw)
 		    kc_fill_uniform(nw, (size_t)ms[k].cols, 0.9f, 1.1f, 6))
 			die("x");
 		const kc_norm nrm = {nw, 1e-5f, 0};
-		/* the fused variant of this row: 1 norms x, 2 adds into y, 0 none (gate/up without GLU) */
-		const int fz = ms[k].count == 1 && ms[k].rows[0] == 4096 ? 2 : ms[k].count == 2 && !ms[k].glu ? 0 : 1;
+		const int fz = ms[k].fz;
 		for (int i = 0; i < ms[k].count; i++)
 			if (!(y[i] = kc_malloc((size_t)ms[k].rows[i] * 4)))
 				die("y");
