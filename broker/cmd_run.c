@@ -16,6 +16,7 @@
 #include "broker/fclient.h"
 #include "broker/store.h"
 #include "broker/wclient.h"
+#include "common/utf8.h"
 
 static volatile sig_atomic_t g_cancel;
 
@@ -78,11 +79,31 @@ static void convo_free(convo *c)
 }
 
 typedef struct {
-	char *buf; /* the answer, kept for the conversation */
+	char *buf; /* the answer, kept for the conversation (as generated) */
 	size_t n, cap;
 	int in_reasoning;
+	utf8_hold hold; /* a character split across events, until complete */
 	wc_event end;
 } turn_out;
+
+/* The model's text to stdout, which is usually a terminal: the worker is
+ * untrusted and a model can generate any byte (ESC included), so only
+ * well-formed UTF-8 without control characters is written, '\n' and '\t'
+ * aside; the rest becomes U+FFFD (common/utf8.h). A character split across
+ * events waits in t->hold; final writes out what is still held. The HTTP
+ * API gets the bytes as generated (JSON-escaped), so the cleaning is here,
+ * not in wc_event_unpack. */
+static void print_text(turn_out *t, const char *s, size_t n, int final)
+{
+	char out[UTF8_CLEAN_MAX(1024)];
+	do {
+		size_t k = n < 1024 ? n : 1024;
+		fwrite(out, 1, utf8_clean(&t->hold, s, k, final && k == n, UTF8_KEEP_NL_TAB | UTF8_REPL_FFFD, out),
+		       stdout);
+		s += k;
+		n -= k;
+	} while (n);
+}
 
 static int on_event(void *arg, const wc_event *ev)
 {
@@ -94,7 +115,7 @@ static int on_event(void *arg, const wc_event *ev)
 		if (!r && t->in_reasoning && !isatty(1))
 			fputs("\n\n", stdout);
 		t->in_reasoning = r;
-		fwrite(ev->text, 1, ev->len, stdout);
+		print_text(t, ev->text, ev->len, 0);
 		fflush(stdout);
 		if (!r) {
 			if (t->n + ev->len + 1 > t->cap) {
@@ -141,6 +162,7 @@ static int turn(wclient *w, convo *c, run_opts *o, const char *raw_prompt)
 	}
 	g_cancel = 0;
 	int rc = wclient_generate(w, &r, on_event, &t, &e);
+	print_text(&t, "", 0, 1);
 	if (t.in_reasoning && isatty(1))
 		fputs("\033[0m", stdout);
 	if (rc) {

@@ -14,74 +14,19 @@
 
 #include "broker/openai.h"
 #include "broker/serve_int.h"
+#include "common/utf8.h"
 
-typedef struct {
-	char b[4];
-	size_t n;
-} u8hold;
-
-/* Length of the UTF-8 sequence led by c (0: not a lead byte), and whether
- * s[0..n) is a valid (possibly partial) sequence (RFC 3629 table). */
-static size_t u8len(unsigned char c)
+/* Appends the complete, valid characters of h + s[0..n) to out: invalid
+ * bytes become U+FFFD, an incomplete character at the end waits in h
+ * (common/utf8.h). Control characters stay: the JSON writer escapes them. */
+static void u8clean(utf8_hold *h, const char *s, size_t n, jw_buf *out)
 {
-	return c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-}
-
-static int u8valid(const unsigned char *s, size_t n)
-{
-	for (size_t i = 1; i < n; i++) {
-		unsigned char c = s[i];
-		if (i == 1 && s[0] == 0xe0 && c < 0xa0)
-			return 0;
-		if (i == 1 && s[0] == 0xed && c > 0x9f)
-			return 0;
-		if (i == 1 && s[0] == 0xf0 && c < 0x90)
-			return 0;
-		if (i == 1 && s[0] == 0xf4 && c > 0x8f)
-			return 0;
-		if ((c & 0xc0) != 0x80)
-			return 0;
-	}
-	return 1;
-}
-
-/* Appends the complete, valid characters of hold + s[0..n) to out. */
-static void u8clean(u8hold *h, const char *s, size_t n, jw_buf *out)
-{
-	size_t total = h->n + n, i = 0;
-	unsigned char *b = malloc(total ? total : 1);
+	char *b = malloc(UTF8_CLEAN_MAX(n));
 	if (!b) {
 		out->oom = 1;
 		return;
 	}
-	memcpy(b, h->b, h->n);
-	memcpy(b + h->n, s, n);
-	h->n = 0;
-	while (i < total) {
-		size_t l = u8len(b[i]);
-		if (l == 0) {
-			jw_raw(out, "\xef\xbf\xbd", 3);
-			i++;
-			continue;
-		}
-		if (i + l > total) {
-			if (u8valid(b + i, total - i)) {
-				memcpy(h->b, b + i, total - i);
-				h->n = total - i;
-				break;
-			}
-			jw_raw(out, "\xef\xbf\xbd", 3);
-			i++;
-			continue;
-		}
-		if (!u8valid(b + i, l)) {
-			jw_raw(out, "\xef\xbf\xbd", 3);
-			i++;
-			continue;
-		}
-		jw_raw(out, (const char *)b + i, l);
-		i += l;
-	}
+	jw_raw(out, b, utf8_clean(h, s, n, 0, UTF8_KEEP_CONTROLS | UTF8_REPL_FFFD, b));
 	free(b);
 }
 
@@ -95,7 +40,7 @@ typedef struct {
 	int seq;            /* responses: sequence_number */
 	double last_ka;
 	jw_buf text, reasoning;
-	u8hold ht, hr;
+	utf8_hold ht, hr;
 	int ended;
 	wc_finish finish;
 	size_t pt, ct;
@@ -511,7 +456,7 @@ static void run_generate(wclient *w, gen *g)
 	int rc = wclient_generate(w, &g->c->req, on_event, g, &we);
 	/* An incomplete character left at the end is U+FFFD. */
 	for (int r = 0; r < 2 && !rc; r++) {
-		u8hold *h = r ? &g->hr : &g->ht;
+		utf8_hold *h = r ? &g->hr : &g->ht;
 		jw_buf *acc = r ? &g->reasoning : &g->text;
 		if (!h->n)
 			continue;
@@ -583,7 +528,7 @@ static void run_tokenize(wclient *w, gen *g)
 			jw_fmt(&b, "{\"id\":%d,\"piece\":", ids[i]);
 			if (wclient_detokenize(w, &ids[i], 1, &piece, &plen, &we) == 0) {
 				jw_buf t = { 0 };
-				u8hold h = { { 0 }, 0 };
+				utf8_hold h = { { 0 }, 0 };
 				u8clean(&h, piece, plen, &t);
 				if (!h.n && t.len == plen) {
 					jw_str(&b, piece, plen);
@@ -612,7 +557,7 @@ static void run_tokenize(wclient *w, gen *g)
 			return;
 		}
 		jw_buf t = { 0 };
-		u8hold h = { { 0 }, 0 };
+		utf8_hold h = { { 0 }, 0 };
 		u8clean(&h, out, n, &t);
 		if (h.n)
 			jw_raw(&t, "\xef\xbf\xbd", 3);

@@ -1,5 +1,6 @@
 /* common/json.c — see json.h for the contract. RFC 8259 references inline. */
 #include "json.h"
+#include "common/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,24 +86,6 @@ static size_t put_utf8(unsigned char *o, uint32_t cp)
 	return 4;
 }
 
-/* Length of a valid UTF-8 sequence at p (RFC 3629 table), 0 if invalid. */
-static size_t utf8_len(const unsigned char *p, const unsigned char *end)
-{
-	unsigned c = p[0];
-	size_t n;
-	unsigned lo = 0x80, hi = 0xBF;
-	if (c < 0x80) return 1;
-	if (c >= 0xC2 && c <= 0xDF) n = 2;
-	else if (c >= 0xE0 && c <= 0xEF) { n = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-	else if (c >= 0xF0 && c <= 0xF4) { n = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-	else return 0;
-	if ((size_t)(end - p) < n) return 0;
-	if (p[1] < lo || p[1] > hi) return 0;
-	for (size_t i = 2; i < n; i++)
-		if ((p[i] & 0xC0) != 0x80) return 0;
-	return n;
-}
-
 static int parse_string(parser *ps, const char **out, uint32_t *outn)
 {
 	/* Caller checked the opening quote. First pass: find the end and an
@@ -161,7 +144,8 @@ static int parse_string(parser *ps, const char **out, uint32_t *outn)
 				return fail(ps, "bad escape");
 			}
 		} else {
-			size_t l = utf8_len(ps->p, ps->end);
+			uint32_t cp;
+			size_t l = utf8_decode(ps->p, (size_t)(ps->end - ps->p), &cp);
 			if (!l)
 				return fail(ps, "invalid UTF-8 in string");
 			memcpy(o + n, ps->p, l);

@@ -2,7 +2,9 @@
  * Every unpack is bounded (ipc_rd), checks enums against their *_COUNT
  * and strings against their limits, and fails as a whole. */
 #include "common/wcapi.h"
+#include "common/utf8.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +199,12 @@ void wc_event_pack(const wc_event *ev, ipc_wr *w)
 	ipc_put_f64(w, ev->ttft_s);
 }
 
+/* A duration, rate or size from the worker: finite and >= 0. */
+static int finite_nonneg(double d)
+{
+	return isfinite(d) && d >= 0;
+}
+
 int wc_event_unpack(const uint8_t *p, size_t n, wc_event *ev)
 {
 	ipc_rd rd;
@@ -222,8 +230,10 @@ int wc_event_unpack(const uint8_t *p, size_t n, wc_event *ev)
 		ev->prefill_s = ipc_get_f64(&rd);
 		ev->decode_s = ipc_get_f64(&rd);
 		ev->ttft_s = ipc_get_f64(&rd);
-		if (ev->prefilled > ev->prompt_tokens || !(ev->prefill_s >= 0) || !(ev->decode_s >= 0) ||
-		    !(ev->ttft_s >= 0))
+		/* Times: finite and >= 0 (0 in progress events and before a
+		 * first token); NaN fails every comparison, isfinite stops inf. */
+		if (ev->prefilled > ev->prompt_tokens || !finite_nonneg(ev->prefill_s) || !finite_nonneg(ev->decode_s) ||
+		    !finite_nonneg(ev->ttft_s))
 			return -1;
 	}
 	return rd.bad || rd.left ? -1 : 0;
@@ -237,15 +247,16 @@ void wc_error_pack(const wc_error *e, ipc_wr *w)
 	ipc_put_bytes(w, e->msg, strnlen(e->msg, sizeof(e->msg) - 1));
 }
 
-/* Text from the worker is shown to people: keep printable ASCII and
- * UTF-8 lead/continuation bytes, replace control bytes. */
+/* Text from the worker is shown to people, on one line: keep well-formed
+ * UTF-8 but no control character (C0, DEL, C1: U+009B is CSI, which a
+ * terminal reads like ESC '['); each control character and each byte of
+ * invalid UTF-8 (overlong, surrogate, > U+10FFFF, truncated at the end)
+ * becomes '?', so the copy is never longer than the field. */
 static void copy_text(char *dst, size_t cap, const uint8_t *s, size_t n)
 {
 	if (n >= cap)
 		n = cap - 1;
-	for (size_t i = 0; i < n; i++)
-		dst[i] = s[i] < 0x20 || s[i] == 0x7f ? '?' : (char)s[i];
-	dst[n] = 0;
+	dst[utf8_clean(NULL, s, n, 1, 0, dst)] = 0;
 }
 
 /* A length-prefixed text field into dst (cleaned by copy_text); sets
@@ -332,6 +343,13 @@ void wc_bench_res_pack(const wc_bench_res *b, ipc_wr *w)
 		}
 }
 
+/* A measured duration that cannot be 0 (a real run takes time): finite
+ * and > 0. */
+static int finite_pos(double d)
+{
+	return isfinite(d) && d > 0;
+}
+
 int wc_bench_res_unpack(const uint8_t *p, size_t n, wc_bench_res *b)
 {
 	ipc_rd rd;
@@ -347,7 +365,8 @@ int wc_bench_res_unpack(const uint8_t *p, size_t n, wc_bench_res *b)
 	b->decode_bytes = ipc_get_u64(&rd);
 	b->peak_rss_mb = ipc_get_f64(&rd);
 	/* Breakdowns: every time finite and >= 0, and no category longer than
-	 * its whole measurement (they are parts of it). */
+	 * its whole measurement (they are parts of it; the wholes are checked
+	 * finite below, so the parts are too). */
 	wc_prof *ps[2] = { &b->prof_short, &b->prof_long };
 	double whole[2] = { b->decode_short_s, b->decode_long_s };
 	int bad = 0;
@@ -357,9 +376,9 @@ int wc_bench_res_unpack(const uint8_t *p, size_t n, wc_bench_res *b)
 			ps[k]->bytes[c] = ipc_get_u64(&rd);
 			bad |= !(ps[k]->s[c] >= 0 && ps[k]->s[c] <= whole[k]);
 		}
-	if (rd.bad || rd.left || bad || px >= WC_PREFILL_X_COUNT || b->threads < 1 || !(b->prefill_s > 0) ||
-	    !(b->decode_short_s > 0) || !(b->decode_long_s > 0) || !(b->mem_bw >= 0) || b->decode_bytes == 0 ||
-	    !(b->peak_rss_mb >= 0))
+	if (rd.bad || rd.left || bad || px >= WC_PREFILL_X_COUNT || b->threads < 1 || !finite_pos(b->prefill_s) ||
+	    !finite_pos(b->decode_short_s) || !finite_pos(b->decode_long_s) || !finite_nonneg(b->mem_bw) ||
+	    b->decode_bytes == 0 || !finite_nonneg(b->peak_rss_mb))
 		return -1;
 	b->prefill_x = (wc_prefill_x)px;
 	return 0;

@@ -90,6 +90,7 @@ long http1_chunked_decode(http1_chunked *c, uint8_t *buf, size_t n, char *err, s
 
 /* ---- broker <-> fetcher messages ---- */
 #define FETCH_PROTO_VERSION 1
+#define FETCH_MAX_REDIRECTS 5 /* fetch_done.redirects <= this */
 #define FETCH_F_RESUME 1u   /* send Range from offset (If-Range: etag) */
 #define FETCH_F_TOKEN 2u    /* send the token to token_host:token_port */
 
@@ -108,19 +109,19 @@ enum { FETCH_EV_HEAD = 1, FETCH_EV_PROGRESS = 2 };
 
 typedef struct {
 	uint32_t kind;
-	uint32_t status;      /* HEAD: 200 or 206 */
-	uint64_t start;       /* HEAD: offset the body is written from */
-	uint64_t total;       /* full file size, 0: unknown */
-	uint64_t done;        /* PROGRESS: bytes in the file */
+	uint32_t status;      /* 200 (start 0) or 206 (start > 0) */
+	uint64_t start;       /* offset the body is written from */
+	uint64_t total;       /* full file size, 0: unknown; else >= start */
+	uint64_t done;        /* PROGRESS: bytes in the file, start..total */
 	char etag[HTTP1_ETAG_MAX];
 } fetch_event;
 
 typedef struct {
-	uint32_t status;
+	uint32_t status;      /* 200 or 206 */
 	uint64_t size;        /* bytes in the file at the end */
-	uint32_t redirects;
-	char final_url[FETCH_URL_MAX];
-	char etag[HTTP1_ETAG_MAX];
+	uint32_t redirects;   /* <= FETCH_MAX_REDIRECTS */
+	char final_url[FETCH_URL_MAX]; /* "https://...", no space or control */
+	char etag[HTTP1_ETAG_MAX];     /* printable ASCII (events' too) */
 } fetch_done;
 
 /* Error kinds, so the broker can word its message (and tests can tell a

@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FETCH_MAX_REDIRECTS 5
 #define RBUF (HTTP1_MAX_HEAD + 64 * 1024)
 
 static char ca_error[512];
@@ -173,7 +172,11 @@ static int get_once(fctx *f, tls_conn *c, const fetch_url *u, const fetch_req *r
 	ev.status = (uint32_t)r.status;
 	ev.start = *off;
 	ev.total = total;
-	snprintf(ev.etag, sizeof(ev.etag), "%s", r.etag[0] ? r.etag : r.linked_etag);
+	/* An ETag that is not printable ASCII could not go back as If-Range
+	 * (do_fetch refuses it): send none, as for a server without ETags
+	 * (the broker's decoder refuses a non-printable one). */
+	const char *tag = r.etag[0] ? r.etag : r.linked_etag;
+	snprintf(ev.etag, sizeof(ev.etag), "%s", printable(tag) ? tag : "");
 	if (send_event(f, &ev))
 		return fail(f, FETCH_ERR_IO, 0, "broker gone");
 	snprintf(d->etag, sizeof(d->etag), "%s", ev.etag);

@@ -1,6 +1,9 @@
 /* fetcher/fproto.c — broker<->fetcher message codec (see fetch.h). Each
  * decoder checks every length against its field and the payload's end;
- * strings must be NUL-free and fit their field. */
+ * strings must be NUL-free and fit their field. The replies (event, done)
+ * come from the fetcher, which talks to the network: their numbers are
+ * checked against what fetcher.c can send, and their strings are printable
+ * ASCII (an ETag goes back on the wire as If-Range, a URL may be shown). */
 #include "fetcher/fetch.h"
 
 #include <string.h>
@@ -14,6 +17,25 @@ static int get_str(ipc_rd *r, char *dst, size_t cap)
 	memcpy(dst, p, n);
 	dst[n] = 0;
 	return 0;
+}
+
+/* Every byte in [lo, 0x7e]: 0x20 for an ETag (printable ASCII, what the
+ * fetcher puts in If-Range), 0x21 for a URL (fetch_url_parse refuses
+ * spaces too). */
+static int ascii_only(const char *s, unsigned char lo)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < lo || (unsigned char)*s > 0x7e)
+			return 0;
+	return 1;
+}
+
+/* The fetcher reports only a final 200 (whole file, from byte 0) or a 206
+ * (a resume, from the partial file's size, never 0); other statuses end
+ * as errors (fetch_error). */
+static int status_ok(uint32_t status, uint64_t start)
+{
+	return (status == 200 && start == 0) || (status == 206 && start > 0);
 }
 
 static void put_str(ipc_wr *w, const char *s)
@@ -80,6 +102,13 @@ int fetch_event_decode(fetch_event *e, const uint8_t *p, size_t n)
 		return -1;
 	if (e->kind != FETCH_EV_HEAD && e->kind != FETCH_EV_PROGRESS)
 		return -1;
+	/* total 0: unknown (chunked, or a Content-Range total of "*"); else the file
+	 * holds it all: start <= total (http1 checks last < total) and done
+	 * <= total (the fetcher stops at the announced length). PROGRESS:
+	 * done counts from start (a HEAD's done is 0). */
+	if (!status_ok(e->status, e->start) || (e->total && (e->start > e->total || e->done > e->total)) ||
+	    (e->kind == FETCH_EV_PROGRESS && e->done < e->start) || !ascii_only(e->etag, 0x20))
+		return -1;
 	return 0;
 }
 
@@ -102,6 +131,11 @@ int fetch_done_decode(fetch_done *d, const uint8_t *p, size_t n)
 	d->redirects = ipc_get_u32(&rd);
 	if (rd.bad || get_str(&rd, d->final_url, sizeof(d->final_url)) || get_str(&rd, d->etag, sizeof(d->etag)) ||
 	    rd.left)
+		return -1;
+	/* The final URL is what fetch_url_format wrote: "https://" and no
+	 * space or control byte. */
+	if ((d->status != 200 && d->status != 206) || d->redirects > FETCH_MAX_REDIRECTS ||
+	    strncmp(d->final_url, "https://", 8) || !ascii_only(d->final_url, 0x21) || !ascii_only(d->etag, 0x20))
 		return -1;
 	return 0;
 }

@@ -6,15 +6,18 @@
  *
  * Input: byte 0 picks the decoder, the rest is the packet or payload.
  * Checked: no memory error or UB; an accepted packet's length matches what
- * was sent and its type is in range; decoded enums are in range and text
- * fields are NUL-terminated within their buffers and free of control bytes;
+ * was sent and its type is in range; decoded enums are in range, times
+ * finite, and text fields are NUL-terminated within their buffers, valid
+ * UTF-8 and free of control characters (C0, DEL, C1);
  * a decoded request re-packs to a request that decodes to the same fields. */
+#include <math.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/ipc.h"
 #include "common/safetensors.h"
+#include "common/utf8.h"
 #include "common/wcapi.h"
 #include "fuzz/fuzz.h"
 
@@ -34,8 +37,14 @@ static void check_text(const char *s, size_t cap)
 {
 	size_t n = strnlen(s, cap);
 	FUZZ_CHECK(n < cap, "text not terminated");
-	for (size_t i = 0; i < n; i++)
-		FUZZ_CHECK((unsigned char)s[i] >= 0x20 && s[i] != 0x7f, "control byte in text");
+	for (size_t i = 0, k; i < n; i += k) {
+		uint32_t cp;
+		k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
+		FUZZ_CHECK(k, "invalid UTF-8 in text");
+		if (!k)
+			break;
+		FUZZ_CHECK(cp >= 0x20 && !(cp >= 0x7f && cp <= 0x9f), "control character in text");
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -68,7 +77,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (ev.type == WC_EV_TEXT || ev.type == WC_EV_REASONING)
 				FUZZ_CHECK(ev.text >= (const char *)p && ev.text + ev.len <= (const char *)p + n, "text span");
 			else
-				FUZZ_CHECK(ev.prefilled <= ev.prompt_tokens, "prefilled");
+				FUZZ_CHECK(ev.prefilled <= ev.prompt_tokens && isfinite(ev.prefill_s) && isfinite(ev.decode_s) &&
+						   isfinite(ev.ttft_s),
+					   "prefilled, finite times");
 		}
 		break;
 	}
@@ -94,7 +105,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		wc_bench_res b;
 		if (wc_bench_res_unpack(p, n, &b) == 0) {
 			check_text(b.kernels, sizeof b.kernels);
-			FUZZ_CHECK(b.threads >= 1 && b.prefill_s > 0 && b.decode_bytes > 0 && b.prefill_x < WC_PREFILL_X_COUNT,
+			FUZZ_CHECK(b.threads >= 1 && b.prefill_s > 0 && b.decode_bytes > 0 && b.prefill_x < WC_PREFILL_X_COUNT &&
+					   isfinite(b.prefill_s) && isfinite(b.decode_short_s) && isfinite(b.decode_long_s) &&
+					   isfinite(b.mem_bw) && isfinite(b.peak_rss_mb),
 				   "bench ranges");
 		}
 		break;

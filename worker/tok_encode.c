@@ -130,14 +130,14 @@ static size_t prev_char(const unsigned char *s, size_t i)
 static int word_char_at(const unsigned char *s, size_t n, size_t i)
 {
 	uint32_t cp;
-	if (!uni_decode(s + i, n - i, &cp)) return 0;
+	if (!utf8_decode(s + i, n - i, &cp)) return 0;
 	return cp == '_' || uni_class(cp) != UNI_OTHER;
 }
 
 static int space_at(const unsigned char *s, size_t n, size_t i, size_t *len)
 {
 	uint32_t cp;
-	*len = uni_decode(s + i, n - i, &cp);
+	*len = utf8_decode(s + i, n - i, &cp);
 	return *len && uni_is_space(cp);
 }
 
@@ -409,7 +409,7 @@ static int bpe_word(const tokenizer *t, bpe_ctx *c, const unsigned char *w, size
 	int unk = 0;
 	while (i < wn) {
 		uint32_t cp;
-		size_t cl = uni_decode((const unsigned char *)word + i, wn - i, &cp);
+		size_t cl = utf8_decode((const unsigned char *)word + i, wn - i, &cp);
 		if (!cl) cl = 1;
 		int id = tok_vocab_find(t, word + i, cl);
 		if (id >= 0) {
@@ -619,7 +619,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, const unsigned 
 	}
 	for (size_t i = 0; i < len;) {
 		uint32_t cp;
-		size_t l = uni_decode((const unsigned char *)text + i, len - i, &cp);
+		size_t l = utf8_decode((const unsigned char *)text + i, len - i, &cp);
 		if (!l) {
 			snprintf(err, errlen, "tokenize: invalid UTF-8 at byte %zu", i);
 			return -1;

@@ -22,7 +22,7 @@ enum { C_L = 1, C_N = 2, C_WS = 3, C_O = 4 };
 static int cls_at(const unsigned char *s, size_t n, size_t i, uint32_t *cp, size_t *len)
 {
 	uint32_t c;
-	size_t l = uni_decode(s + i, n - i, &c);
+	size_t l = utf8_decode(s + i, n - i, &c);
 	if (!l) { c = 0xFFFD; l = 1; } /* unreachable for validated input */
 	*cp = c;
 	*len = l;

@@ -187,7 +187,7 @@ static int string_pattern(const json_value *o, const char **s, size_t *n)
 static int one_char(const char *s, size_t n)
 {
 	uint32_t cp;
-	return n > 0 && uni_decode((const unsigned char *)s, n, &cp) == n;
+	return n > 0 && utf8_decode((const unsigned char *)s, n, &cp) == n;
 }
 
 static int parse_prepend_scheme(const json_value *o, tok_prepend *out)
@@ -778,7 +778,7 @@ static void sl_lossy(slist *l, const unsigned char *p, size_t n)
 	size_t i = 0;
 	while (i < n) {
 		uint32_t cp;
-		size_t k = uni_decode(p + i, n - i, &cp);
+		size_t k = utf8_decode(p + i, n - i, &cp);
 		if (k) { sl_bytes(l, p + i, k); i += k; continue; }
 		/* Maximal subpart: the longest prefix of a valid sequence. */
 		size_t m = 1;
@@ -805,7 +805,7 @@ static int utf8_valid(const unsigned char *p, size_t n)
 {
 	uint32_t cp;
 	for (size_t i = 0, k; i < n; i += k)
-		if (!(k = uni_decode(p + i, n - i, &cp))) return 0;
+		if (!(k = utf8_decode(p + i, n - i, &cp))) return 0;
 	return 1;
 }
 
@@ -867,7 +867,7 @@ static int run_decoders(const tokenizer *t, slist *l, int raw, size_t first, int
 				int ok = 1;
 				while (j < n) {
 					uint32_t cp;
-					size_t cl = uni_decode(s + j, n - j, &cp);
+					size_t cl = utf8_decode(s + j, n - j, &cp);
 					int b = cl ? tok_cp_to_byte(cp) : -1;
 					if (b < 0) { ok = 0; break; }
 					unsigned char c = (unsigned char)b;
@@ -1036,25 +1036,6 @@ static int out_reserve(tok_stream *s, size_t n)
 	return 0;
 }
 
-/* Could p[0..n) (n < 4) still start a valid UTF-8 character? */
-static int utf8_prefix_ok(const unsigned char *p, size_t n)
-{
-	unsigned c = p[0];
-	size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-	if (c < 0xC2 || c > 0xF4 || n >= need) return 0;
-	for (size_t i = 1; i < n; i++) {
-		unsigned lo = 0x80, hi = 0xBF;
-		if (i == 1) {
-			if (c == 0xE0) lo = 0xA0;
-			if (c == 0xED) hi = 0x9F;
-			if (c == 0xF0) lo = 0x90;
-			if (c == 0xF4) hi = 0x8F;
-		}
-		if (p[i] < lo || p[i] > hi) return 0;
-	}
-	return 1;
-}
-
 int tok_stream_push(tok_stream *s, int id, const char **out, size_t *outlen)
 {
 	slist l;
@@ -1095,7 +1076,7 @@ int tok_stream_push(tok_stream *s, int id, const char **out, size_t *outlen)
 	sl_free(&l);
 	size_t keep = 0;
 	for (size_t k = n < 3 ? n : 3; k >= 1; k--)
-		if (utf8_prefix_ok(tmp + n - k, k)) { keep = k; break; }
+		if (utf8_partial(tmp + n - k, k)) { keep = k; break; }
 	slist o;
 	sl_init(&o);
 	sl_lossy(&o, tmp, n - keep);

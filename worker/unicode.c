@@ -6,29 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t uni_decode(const unsigned char *p, size_t n, uint32_t *cp)
-{
-	unsigned c = p[0];
-	size_t len;
-	unsigned lo = 0x80, hi = 0xBF;
-	uint32_t v;
-	if (c < 0x80) { *cp = c; return 1; }
-	if (c >= 0xC2 && c <= 0xDF) { len = 2; v = c & 0x1F; }
-	else if (c >= 0xE0 && c <= 0xEF) { len = 3; v = c & 0x0F; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-	else if (c >= 0xF0 && c <= 0xF4) { len = 4; v = c & 0x07; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-	else return 0;
-	if (n < len || p[1] < lo || p[1] > hi)
-		return 0;
-	v = (v << 6) | (p[1] & 0x3F);
-	for (size_t i = 2; i < len; i++) {
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-		v = (v << 6) | (p[i] & 0x3F);
-	}
-	*cp = v;
-	return len;
-}
-
 size_t uni_encode(uint32_t cp, unsigned char *o)
 {
 	if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
@@ -85,7 +62,7 @@ int uni_nfc_quick(const unsigned char *p, size_t n)
 	while (i < n) {
 		uint32_t cp;
 		if (p[i] < 0x80) { i++; continue; }
-		size_t l = uni_decode(p + i, n - i, &cp);
+		size_t l = utf8_decode(p + i, n - i, &cp);
 		if (!l) return 0;
 		if (cp >= 0x300 && range_find(uni_nfc_maybe_ranges, uni_nfc_maybe_nranges, cp))
 			return 0;
@@ -170,7 +147,7 @@ int uni_nfc(const unsigned char *in, size_t n, unsigned char **out, size_t *outn
 		return -1;
 	while (i < n) {
 		uint32_t cp;
-		size_t l = uni_decode(in + i, n - i, &cp);
+		size_t l = utf8_decode(in + i, n - i, &cp);
 		if (!l) { free(buf); return -1; }
 		decompose(cp, i, buf, &nb, 0);
 		i += l;

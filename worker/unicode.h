@@ -1,10 +1,8 @@
 /* worker/unicode.h — the little Unicode the tokenizer needs.
  *
  * Contract:
- *  - uni_decode() reads one code point from (p, n) (n >= 1) and returns its
- *    byte length, or 0 when the bytes there are not well-formed UTF-8
- *    (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF, no
- *    truncated sequence). It never reads past p + n.
+ *  - Decoding is common/utf8.h's utf8_decode() (included here), shared
+ *    with the broker, which checks the worker's text with it.
  *  - Category predicates follow the general categories of the generated
  *    tables (worker/unicode_tables.c, from Python's unicodedata; the
  *    version is uni_tables_version). \s is the White_Space property,
@@ -20,6 +18,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "common/utf8.h"
 
 typedef struct { uint32_t lo, hi; uint8_t v; } uni_range;
 typedef struct { uint32_t cp, a, b; } uni_decomp;
@@ -40,7 +40,6 @@ extern const size_t uni_nfc_maybe_nranges;
 
 enum { UNI_OTHER = 0, UNI_LETTER = 1, UNI_NUMBER = 2 };
 
-size_t uni_decode(const unsigned char *p, size_t n, uint32_t *cp);
 size_t uni_encode(uint32_t cp, unsigned char *out); /* out: 4 bytes */
 int uni_class(uint32_t cp);      /* UNI_LETTER, UNI_NUMBER or UNI_OTHER */
 int uni_is_space(uint32_t cp);   /* White_Space */

@@ -13,13 +13,17 @@
  *      the encoding plus trailing bytes are refused; each range check the
  *      decoder makes is hit once; sanitised text is checked byte for byte;
  *   4. sealed memfds: unsealed, partly sealed, oversized or non-memfd
- *      descriptors are refused by ipc_memfd_map.
+ *      descriptors are refused by ipc_memfd_map;
+ *   5. common/utf8.c utf8_clean, the cleaner behind those decoders' text
+ *      and behind `mlxr run`'s printing of generated text (a stream:
+ *      characters split across events, controls, invalid UTF-8).
  * Every buffer handed to a decoder is an exact-size heap copy, so under
  * `make asan` a read one byte past the end is a report, not luck.
  * Exit status 0 only if every check passed. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,8 +35,10 @@
 #include <unistd.h>
 
 #include "common/ipc.h"
+#include "common/utf8.h"
 #include "common/wcapi.h"
 #include "fetcher/fetch.h"
+#include "tests/test_rng.h"
 
 static int g_checks, g_fail;
 static const char *g_case = "";
@@ -821,6 +827,30 @@ static void test_event(void)
 	event_reject("ttft_s < 0", &e);
 	e = base, e.ttft_s = NAN;
 	event_reject("ttft_s NaN", &e);
+	/* Infinity is not a time (it passed ">= 0" before isfinite). */
+	e = base, e.prefill_s = INFINITY;
+	event_reject("prefill_s inf", &e);
+	e = base, e.decode_s = INFINITY;
+	event_reject("decode_s inf", &e);
+	e = base, e.ttft_s = INFINITY;
+	event_reject("ttft_s inf", &e);
+	e = base, e.ttft_s = -INFINITY;
+	event_reject("ttft_s -inf", &e);
+	/* What real workers send is accepted: all times 0 (a progress event,
+	 * an end before any token), and the largest finite double. */
+	{
+		ipc_wr w = wr_new();
+		wc_event_pack(&base, &w);
+		expect_accept("end event with times 0", dec_event, w.buf, w.len);
+		e = base, e.type = WC_EV_PROGRESS, e.prefilled = 3;
+		w = wr_new();
+		wc_event_pack(&e, &w);
+		expect_accept("progress event (times 0)", dec_event, w.buf, w.len);
+		e = base, e.decode_s = DBL_MAX;
+		w = wr_new();
+		wc_event_pack(&e, &w);
+		expect_accept("decode_s DBL_MAX", dec_event, w.buf, w.len);
+	}
 	/* text: at most IPC_MAX_PAYLOAD bytes (checked by the decoder, which
 	 * is a function over bytes and does not rely on the packet size) */
 	{
@@ -884,13 +914,50 @@ static void test_error(void)
 	CHECK(rc == 0 && strlen(g_er.msg) == 511, "message of 511 bytes: rc %d", rc);
 	w = error_wire(WC_ERR_WORKER, 0, longm, 512);
 	expect_reject("message of 512 bytes", dec_error, w.buf, w.len);
-	/* Sanitised, not refused: C0 controls, DEL and NUL become '?'; bytes
-	 * >= 0x80 (UTF-8) pass. */
+	/* Sanitised, not refused: C0 controls, DEL and NUL become '?'; so does
+	 * a lone continuation byte. */
 	static const char dirty[] = "a\x1b[31mb\x7f\n\0\xc3\xa9z\x1f ~\x80";
-	static const char clean[] = "a?[31mb???\xc3\xa9z? ~\x80";
+	static const char clean[] = "a?[31mb???\xc3\xa9z? ~?";
 	w = error_wire(WC_ERR_MODEL, 0, dirty, sizeof(dirty) - 1);
 	rc = run_copy(dec_error, w.buf, w.len);
 	CHECK(rc == 0 && !strcmp(g_er.msg, clean), "sanitised message: rc %d '%s'", rc, g_er.msg);
+	/* Bytes >= 0x80: well-formed UTF-8 stays unless it encodes a C1
+	 * control (U+0080..U+009F: U+009B is CSI, read by a terminal like
+	 * ESC '['), one '?' each; every byte that starts no well-formed
+	 * character (RFC 3629 §4: overlong, surrogate, > U+10FFFF, truncated
+	 * at the end of the field) is one '?'. */
+	static const struct {
+		const char *in, *out;
+	} u8[] = {
+		{ "\xc2\x9b" "31mred", "?31mred" },             /* CSI */
+		{ "\xc2\x80|\xc2\x85|\xc2\x9f", "?|?|?" },     /* C1: first, NEL, last */
+		{ "\xc2\xa0|\xc2\xbf", "\xc2\xa0|\xc2\xbf" },  /* U+00A0, U+00BF: not controls */
+		{ "\xc0\xaf|\xc1\xbf", "??|??" },               /* overlong 2-byte */
+		{ "\xe0\x80\xaf|\xe0\x9f\xbf", "???|???" },   /* overlong 3-byte */
+		{ "\xf0\x80\x80\xaf|\xf0\x8f\xbf\xbf", "????|????" }, /* overlong 4-byte */
+		{ "\xed\xa0\x80|\xed\xbf\xbf", "???|???" },   /* surrogates U+D800, U+DFFF */
+		{ "\xed\x9f\xbf|\xee\x80\x80", "\xed\x9f\xbf|\xee\x80\x80" }, /* U+D7FF, U+E000 */
+		{ "\xf4\x90\x80\x80|\xf5\x80\x80\x80", "????|????" }, /* > U+10FFFF */
+		{ "\xf4\x8f\xbf\xbf|\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf|\xf0\x9f\x98\x80" },
+		{ "\xfe\xff|\xe2(", "??|?(" },                  /* never UTF-8; a bad lead resyncs */
+		{ "\xe2\x80\xa8\xe2\x82\xac", "\xe2\x80\xa8\xe2\x82\xac" }, /* U+2028, euro sign */
+		{ "ok\xe2\x82", "ok??" },                       /* truncated at the end */
+		{ "ok\xf0\x9f\x98", "ok???" },
+		{ "\xc3", "?" },
+	};
+	for (size_t k = 0; k < sizeof(u8) / sizeof(u8[0]); k++) {
+		w = error_wire(WC_ERR_MODEL, 0, u8[k].in, strlen(u8[k].in));
+		rc = run_copy(dec_error, w.buf, w.len);
+		CHECK(rc == 0 && !strcmp(g_er.msg, u8[k].out), "UTF-8 case %zu: rc %d '%s'", k, rc, g_er.msg);
+	}
+	/* 511 bytes ending in the first bytes of a character: the field holds
+	 * what it is sent, so the cut character is '?' and nothing more. */
+	memset(longm, 'm', sizeof(longm));
+	memcpy(longm + 508, "\xf0\x9f\x98", 3);
+	w = error_wire(WC_ERR_WORKER, 0, longm, 511);
+	rc = run_copy(dec_error, w.buf, w.len);
+	CHECK(rc == 0 && strlen(g_er.msg) == 511 && !strcmp(g_er.msg + 508, "???"), "cut 4-byte character: rc %d",
+	      rc);
 }
 
 static wc_info g_in;
@@ -1000,6 +1067,14 @@ static void test_info(void)
 		rc = run_copy(dec_info, w.buf, w.len);
 		const char *got = k == 0 ? g_in.model_type : k == 1 ? g_in.chat_format : k == 2 ? g_in.chat_note : g_in.device;
 		CHECK(rc == 0 && !strcmp(got, "a?b??? ~"), "%s sanitised: rc %d '%s'", tnames[k], rc, got);
+		/* C1 CSI, a surrogate and a truncated character too (the
+		 * cleaner is wc_error's: its cases are above). */
+		e.s[k] = "\xc2\x9b" "2J\xed\xa0\x80\xc3\xa9\xe2\x82";
+		e.l[k] = strlen(e.s[k]);
+		w = info_wire(&e);
+		rc = run_copy(dec_info, w.buf, w.len);
+		got = k == 0 ? g_in.model_type : k == 1 ? g_in.chat_format : k == 2 ? g_in.chat_note : g_in.device;
+		CHECK(rc == 0 && !strcmp(got, "?2J???\xc3\xa9??"), "%s UTF-8 sanitised: rc %d '%s'", tnames[k], rc, got);
 	}
 	/* chat_ok other than 0/1 reads as 1. */
 	info_raw e = ir;
@@ -1084,6 +1159,14 @@ static void test_bench(void)
 	BREJ("long prof < 0", e.prof_long.s[5] = -1);
 	BREJ("long prof NaN", e.prof_long.s[WC_PROF_COUNT - 1] = NAN);
 	BREJ("long prof > decode_long_s", e.prof_long.s[0] = 3.5);
+	/* Infinity passes "> 0" and ">= 0": refused by isfinite. A whole of
+	 * inf would also admit a breakdown of inf. */
+	BREJ("prefill_s inf", e.prefill_s = INFINITY);
+	BREJ("decode_short_s inf", e.decode_short_s = INFINITY);
+	BREJ("decode_long_s inf", e.decode_long_s = INFINITY);
+	BREJ("decode_long_s and a long prof inf", (e.decode_long_s = INFINITY, e.prof_long.s[2] = INFINITY));
+	BREJ("mem_bw inf", e.mem_bw = INFINITY);
+	BREJ("peak_rss_mb inf", e.peak_rss_mb = INFINITY);
 	/* a long-context category within decode_long_s but over
 	 * decode_short_s passes: each breakdown against its own whole */
 	bench_full(&e);
@@ -1243,6 +1326,134 @@ static int dec_ferror(const uint8_t *p, size_t n)
 	return fetch_error_decode(&g_fk, &g_fs, g_fmsg, g_fmsglen, p, n);
 }
 
+static ipc_wr fevent_wire(uint32_t kind, uint32_t status, uint64_t start, uint64_t total, uint64_t done,
+			  const char *etag)
+{
+	ipc_wr w = wr_hand();
+	ipc_put_u32(&w, kind);
+	ipc_put_u32(&w, status);
+	ipc_put_u64(&w, start);
+	ipc_put_u64(&w, total);
+	ipc_put_u64(&w, done);
+	ipc_put_bytes(&w, etag, strlen(etag));
+	return w;
+}
+
+/* The numbers of an event, against what fetcher/fetcher.c get_once sends:
+ * HEAD once (done 0), then PROGRESS (done = bytes in the file); status 200
+ * (from byte 0) or 206 (a resume, from the partial file's size > 0);
+ * total 0 when unknown (chunked 200, Content-Range ".../" "*"), else
+ * start <= total and done <= total. The ETag goes back as If-Range:
+ * printable ASCII only. */
+static void fevent_numbers(void)
+{
+	enum { H = FETCH_EV_HEAD, P = FETCH_EV_PROGRESS };
+	static const struct {
+		uint32_t kind, status;
+		uint64_t start, total, done;
+		const char *etag;
+		int ok;
+		const char *what;
+	} c[] = {
+		{ H, 200, 0, 0, 0, "", 1, "200, total unknown, no etag" },
+		{ H, 200, 0, 5000, 0, "\"x\"", 1, "200 of 5000" },
+		{ H, 200, 0, UINT64_MAX, 0, "\"x\"", 1, "200 of 2^64-1" },
+		{ H, 206, 1000, 0, 0, "\"x\"", 1, "206 from 1000, total '*'" },
+		{ H, 206, 1000, 5000, 0, "W/\"a b\"", 1, "206 from 1000 of 5000, etag with a space" },
+		{ P, 200, 0, 0, 123456789, "", 1, "progress, total unknown" },
+		{ P, 206, 1000, 5000, 5000, "", 1, "progress done == total" },
+		{ P, 206, 1000, 0, 1000, "", 1, "progress done == start, total unknown" },
+		{ H, 0, 0, 0, 0, "", 0, "status 0" },
+		{ H, 100, 0, 0, 0, "", 0, "status 100" },
+		{ H, 204, 0, 0, 0, "", 0, "status 204" },
+		{ H, 302, 0, 0, 0, "", 0, "status 302 (redirects are followed, not reported)" },
+		{ H, 404, 0, 0, 0, "", 0, "status 404 (an error, not an event)" },
+		{ H, 599, 0, 0, 0, "", 0, "status 599" },
+		{ H, UINT32_MAX, 0, 0, 0, "", 0, "status 2^32-1" },
+		{ P, 404, 0, 0, 0, "", 0, "progress status 404" },
+		{ H, 200, 1, 5000, 0, "", 0, "200 not from byte 0" },
+		{ H, 206, 0, 5000, 0, "", 0, "206 from byte 0" },
+		{ H, 206, 5001, 5000, 0, "", 0, "start > total" },
+		{ H, 206, 1000, 5000, 5001, "", 0, "head done > total" },
+		{ P, 200, 0, 5000, 5001, "", 0, "progress done > total" },
+		{ P, 206, 1000, 5000, UINT64_MAX, "", 0, "progress done 2^64-1 of 5000" },
+		{ P, 206, 1000, 5000, 999, "", 0, "progress done < start" },
+		{ H, 200, 0, 0, 0, "\"a\x1b[2J\"", 0, "etag with ESC" },
+		{ H, 200, 0, 0, 0, "\"a\tb\"", 0, "etag with a tab" },
+		{ H, 200, 0, 0, 0, "\"a\nb\"", 0, "etag with a newline" },
+		{ H, 200, 0, 0, 0, "\"a\x7f\"", 0, "etag with DEL" },
+		{ P, 200, 0, 0, 0, "\"\xc2\x9b\"", 0, "etag with C1 CSI" },
+		{ H, 200, 0, 0, 0, "\"\xc3\xa9\"", 0, "etag with UTF-8 (not printable ASCII)" },
+	};
+	for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+		ipc_wr w = fevent_wire(c[k].kind, c[k].status, c[k].start, c[k].total, c[k].done, c[k].etag);
+		if (c[k].ok) {
+			int rc = run_copy(dec_fevent, w.buf, w.len);
+			CHECK(rc == 0 && g_fe.status == c[k].status && g_fe.start == c[k].start && g_fe.total == c[k].total &&
+				      g_fe.done == c[k].done && !strcmp(g_fe.etag, c[k].etag),
+			      "%s: rc %d", c[k].what, rc);
+		} else {
+			expect_reject(c[k].what, dec_fevent, w.buf, w.len);
+		}
+	}
+}
+
+static ipc_wr fdone_wire(uint32_t status, uint32_t redirects, const char *url, const char *etag)
+{
+	ipc_wr w = wr_hand();
+	ipc_put_u32(&w, status);
+	ipc_put_u64(&w, 5000);
+	ipc_put_u32(&w, redirects);
+	ipc_put_bytes(&w, url, strlen(url));
+	ipc_put_bytes(&w, etag, strlen(etag));
+	return w;
+}
+
+/* The done reply, against fetcher.c: status 200 or 206 (anything else
+ * ends as an error), at most FETCH_MAX_REDIRECTS redirects, the final URL
+ * as fetch_url_format writes it ("https://", no space or control byte),
+ * the ETag printable ASCII. */
+static void fdone_rules(void)
+{
+	static const struct {
+		uint32_t status, redirects;
+		const char *url, *etag;
+		int ok;
+		const char *what;
+	} c[] = {
+		{ 206, FETCH_MAX_REDIRECTS, "https://cdn.example:8443/a?b=%20c~", "W/\"a b\"", 1, "206, 5 redirects" },
+		{ 200, 0, "https://h/", "", 1, "200, no etag" },
+		{ 0, 0, "https://h/", "", 0, "status 0" },
+		{ 201, 0, "https://h/", "", 0, "status 201" },
+		{ 404, 0, "https://h/", "", 0, "status 404" },
+		{ UINT32_MAX, 0, "https://h/", "", 0, "status 2^32-1" },
+		{ 200, FETCH_MAX_REDIRECTS + 1, "https://h/", "", 0, "6 redirects" },
+		{ 200, UINT32_MAX, "https://h/", "", 0, "2^32-1 redirects" },
+		{ 200, 0, "", "", 0, "empty url" },
+		{ 200, 0, "http://h/", "", 0, "http:// url" },
+		{ 200, 0, "file:///etc/passwd", "", 0, "file:// url" },
+		{ 200, 0, "https://h/a b", "", 0, "url with a space" },
+		{ 200, 0, "https://h/\x1b]8;;x\x07", "", 0, "url with ESC and BEL" },
+		{ 200, 0, "https://h/\t", "", 0, "url with a tab" },
+		{ 200, 0, "https://h/\x7f", "", 0, "url with DEL" },
+		{ 200, 0, "https://h/\xc2\x9b", "", 0, "url with C1 CSI" },
+		{ 200, 0, "https://h/\xc3\xa9", "", 0, "url with UTF-8" },
+		{ 200, 0, "https://h/", "\"\x1b[0m\"", 0, "etag with ESC" },
+		{ 200, 0, "https://h/", "\"\xc3\xa9\"", 0, "etag with UTF-8" },
+	};
+	for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+		ipc_wr w = fdone_wire(c[k].status, c[k].redirects, c[k].url, c[k].etag);
+		if (c[k].ok) {
+			int rc = run_copy(dec_fdone, w.buf, w.len);
+			CHECK(rc == 0 && g_fd.status == c[k].status && g_fd.redirects == c[k].redirects &&
+				      !strcmp(g_fd.final_url, c[k].url) && !strcmp(g_fd.etag, c[k].etag),
+			      "%s: rc %d", c[k].what, rc);
+		} else {
+			expect_reject(c[k].what, dec_fdone, w.buf, w.len);
+		}
+	}
+}
+
 static void test_fetch_replies(void)
 {
 	g_case = "fetch_event";
@@ -1268,9 +1479,8 @@ static void test_fetch_replies(void)
 		snprintf(what, sizeof(what), "event kind %u", kinds[k]);
 		expect_reject(what, dec_fevent, w.buf, w.len);
 	}
-	/* etag: 255 bytes fit, 256 do not, no NUL; the decoder checks no
-	 * number (status, start <= total, done <= total): the broker's
-	 * fclient_verify checks the file itself. */
+	fevent_numbers();
+	/* etag: 255 bytes fit, 256 do not, no NUL. */
 	static char tag[HTTP1_ETAG_MAX + 1];
 	memset(tag, 'e', sizeof(tag));
 	for (int k = 0; k < 3; k++) {
@@ -1300,8 +1510,10 @@ static void test_fetch_replies(void)
 	rc = run_copy(dec_fdone, w.buf, w.len);
 	CHECK(rc == 0 && !memcmp(&g_fd, &d, sizeof(d)), "round trip (rc %d)", rc);
 	expect_exact("fetch done", dec_fdone, w.buf, w.len);
+	fdone_rules();
 	static char url[FETCH_URL_MAX + 1];
 	memset(url, 'u', sizeof(url));
+	memcpy(url, "https://", 8);
 	static const struct {
 		size_t ul, el;
 		int nul_url, nul_tag, ok;
@@ -1313,7 +1525,7 @@ static void test_fetch_replies(void)
 		   { 10, 4, 0, 1, 0, "etag with a NUL" } };
 	memset(tag, 'e', sizeof(tag));
 	for (size_t k = 0; k < sizeof(dc) / sizeof(dc[0]); k++) {
-		url[2] = dc[k].nul_url ? 0 : 'u';
+		url[9] = dc[k].nul_url ? 0 : 'u';
 		tag[2] = dc[k].nul_tag ? 0 : 'e';
 		w = wr_new();
 		ipc_put_u32(&w, 200);
@@ -1456,6 +1668,109 @@ static void test_memfd(void)
 	CHECK(count_fds() == base, "memfd tests leaked %d descriptors", count_fds() - base);
 }
 
+/* ---- 5. utf8_clean: the terminal form of generated text ---- */
+
+#define TERM (UTF8_KEEP_NL_TAB | UTF8_REPL_FFFD)
+#define FFFD "\xef\xbf\xbd"
+
+/* Cleans the pieces in order (the last with final), as broker/cmd_run.c
+ * prints one wc_event after another; returns the concatenated output. */
+static const char *term_pieces(const char *const *pc, int np, size_t *outn)
+{
+	static char out[4096];
+	utf8_hold h = { { 0 }, 0 };
+	size_t o = 0;
+	for (int i = 0; i <= np; i++) {
+		const char *p = i < np ? pc[i] : "";
+		o += utf8_clean(&h, p, strlen(p), i == np, TERM, out + o);
+	}
+	out[o] = 0;
+	*outn = o;
+	return out;
+}
+
+/* Is s[0..n) what a terminal may receive: well-formed UTF-8, no control
+ * character but '\n' and '\t'? */
+static int term_safe(const char *s, size_t n)
+{
+	for (size_t i = 0, k; i < n; i += k) {
+		uint32_t cp;
+		k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
+		if (!k || ((cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) && cp != '\n' && cp != '\t'))
+			return 0;
+	}
+	return 1;
+}
+
+static void test_utf8_clean(void)
+{
+	g_case = "utf8_clean";
+	static const struct {
+		const char *pc[4];
+		int np;
+		const char *want;
+		const char *what;
+	} c[] = {
+		{ { "line\n\tindented \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" }, 1,
+		  "line\n\tindented \xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "newline, tab and UTF-8 pass" },
+		{ { "\x1b[31mred\x1b[0m" }, 1, FFFD "[31mred" FFFD "[0m", "SGR: ESC replaced" },
+		{ { "\x1b]8;;https://x\x07link\x1b]8;;\x1b\\" }, 1,
+		  FFFD "]8;;https://x" FFFD "link" FFFD "]8;;" FFFD "\\", "OSC 8 hyperlink: ESC and BEL replaced" },
+		{ { "a\rb\x08\x01" "c\x7f" }, 1, "a" FFFD "b" FFFD FFFD "c" FFFD, "CR, BS, SOH, DEL replaced" },
+		{ { "\xc2\x9b" "2J\xc2\x85" }, 1, FFFD "2J" FFFD, "C1 CSI and NEL replaced" },
+		{ { "caf\xc3", "\xa9!" }, 2, "caf\xc3\xa9!", "2-byte character split over two events" },
+		{ { "\xf0", "\x9f", "\x98", "\x80" }, 4, "\xf0\x9f\x98\x80", "4-byte character in 4 events" },
+		{ { "\xe2\x82", "\xac" }, 2, "\xe2\x82\xac", "3-byte character split 2 + 1" },
+		{ { "\xc2", "\x9b" "2J" }, 2, FFFD "2J", "C1 CSI split over two events" },
+		{ { "\xc3", "A" }, 2, FFFD "A", "lead byte then ASCII" },
+		{ { "\xe0", "\x80\x80" }, 2, FFFD FFFD FFFD, "overlong split" },
+		{ { "\xed", "\xa0\x80" }, 2, FFFD FFFD FFFD, "surrogate split" },
+		{ { "\xf4", "\x90\x80\x80" }, 2, FFFD FFFD FFFD FFFD, "> U+10FFFF split" },
+		{ { "ok\xe2\x82" }, 1, "ok" FFFD FFFD, "truncated at the end of the answer" },
+		{ { "\xc3", "\xa9x\x1b" }, 2, "\xc3\xa9x" FFFD, "held character completed, rest cleaned" },
+	};
+	for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+		size_t n;
+		const char *got = term_pieces(c[k].pc, c[k].np, &n);
+		CHECK(n == strlen(c[k].want) && !memcmp(got, c[k].want, n), "%s", c[k].what);
+	}
+	/* Any bytes cut anywhere: the stream's output is the whole text's
+	 * (so a split never changes what is shown), is terminal-safe, and
+	 * stays within UTF8_CLEAN_MAX; the '?' form is never longer than its
+	 * input (it fills fixed-size fields). */
+	static const unsigned char pool[] = { 0, '\t', '\n', '\r', 0x1b, '[', 'a', 0x7f, 0x80, 0x9b, 0x9f,
+					      0xa0, 0xbf, 0xc0, 0xc2, 0xc3, 0xdf, 0xe0, 0xe2, 0xed, 0xef,
+					      0xf0, 0xf4, 0xf5, 0xff };
+	uint64_t rs = 0x9e3779b97f4a7c15ull;
+	int diff = 0, unsafe = 0, over = 0;
+	for (int it = 0; it < 20000; it++) {
+		unsigned char in[16];
+		size_t n = test_xorshift(&rs) % sizeof(in);
+		for (size_t i = 0; i < n; i++)
+			in[i] = test_xorshift(&rs) % 4 ? pool[test_xorshift(&rs) % sizeof(pool)]
+							: (unsigned char)test_xorshift(&rs);
+		char whole[UTF8_CLEAN_MAX(16)], stream[UTF8_CLEAN_MAX(16) * 2], q[16];
+		size_t wn = utf8_clean(NULL, in, n, 1, TERM, whole), sn = 0;
+		utf8_hold h = { { 0 }, 0 };
+		for (size_t i = 0; i < n;) {
+			size_t k = 1 + test_xorshift(&rs) % 4;
+			if (k > n - i)
+				k = n - i;
+			size_t o = utf8_clean(&h, in + i, k, 0, TERM, stream + sn);
+			over |= o > UTF8_CLEAN_MAX(k);
+			sn += o;
+			i += k;
+		}
+		sn += utf8_clean(&h, "", 0, 1, TERM, stream + sn);
+		diff |= sn != wn || memcmp(stream, whole, wn);
+		unsafe |= !term_safe(whole, wn) || h.n;
+		over |= utf8_clean(NULL, in, n, 1, 0, q) > n;
+	}
+	CHECK(!diff, "a stream cut at random differs from the whole text");
+	CHECK(!unsafe, "cleaned text a terminal must not receive");
+	CHECK(!over, "output over its bound");
+}
+
 int main(void)
 {
 	static const struct {
@@ -1465,7 +1780,8 @@ int main(void)
 		      { "wc_request", test_request },       { "wc_event", test_event },
 		      { "wc_error", test_error },           { "wc_info", test_info },
 		      { "wc_bench_res", test_bench },       { "fetch_req", test_fetch_req },
-		      { "fetch replies", test_fetch_replies }, { "memfd", test_memfd } };
+		      { "fetch replies", test_fetch_replies }, { "memfd", test_memfd },
+		      { "utf8_clean", test_utf8_clean } };
 	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
 		int c0 = g_checks, f0 = g_fail;
 		parts[i].fn();

@@ -183,7 +183,7 @@ static void test_stream_never_splits_utf8(void)
 		if (tok_stream_push(&s, (unsigned char)text[i], &o, &ol)) { ok = 0; break; }
 		for (size_t k = 0; k < ol;) {
 			uint32_t cp;
-			size_t l = uni_decode((const unsigned char *)o + k, ol - k, &cp);
+			size_t l = utf8_decode((const unsigned char *)o + k, ol - k, &cp);
 			if (!l) { ok = 0; break; }
 			k += l;
 		}
