@@ -83,19 +83,26 @@ typedef struct {
 	size_t n, cap;
 	int in_reasoning;
 	utf8_hold hold; /* a character split across events, until complete */
+	int tty;        /* stdout is a terminal: print_text cleans */
 	wc_event end;
 } turn_out;
 
-/* The model's text to stdout, which is usually a terminal: the worker is
- * untrusted and a model can generate any byte (ESC included), so only
- * well-formed UTF-8 without control characters is written, '\n' and '\t'
- * aside; the rest becomes U+FFFD (common/utf8.h). A character split across
- * events waits in t->hold; final writes out what is still held. The HTTP
+/* The model's text to stdout. On a terminal the worker is untrusted and a
+ * model can generate any byte (ESC included), so only well-formed UTF-8
+ * without control characters is written, '\n' and '\t' aside; the rest
+ * becomes U+FFFD (common/utf8.h). A character split across events waits
+ * in t->hold; final writes out what is still held. Into a pipe or a file
+ * the bytes go as generated (as `ls` and `git` quote only for a terminal),
+ * so scripts get exactly what the model produced, CR LF included. The HTTP
  * API gets the bytes as generated (JSON-escaped), so the cleaning is here,
  * not in wc_event_unpack. */
 static void print_text(turn_out *t, const char *s, size_t n, int final)
 {
 	char out[UTF8_CLEAN_MAX(1024)];
+	if (!t->tty) {
+		fwrite(s, 1, n, stdout);
+		return;
+	}
 	do {
 		size_t k = n < 1024 ? n : 1024;
 		fwrite(out, 1, utf8_clean(&t->hold, s, k, final && k == n, UTF8_KEEP_NL_TAB | UTF8_REPL_FFFD, out),
@@ -151,6 +158,7 @@ static int turn(wclient *w, convo *c, run_opts *o, const char *raw_prompt)
 	wc_request r = o->req;
 	wc_error e;
 	turn_out t = { 0 };
+	t.tty = isatty(1);
 	if (raw_prompt) {
 		r.prompt = raw_prompt;
 		r.prompt_len = strlen(raw_prompt);
