@@ -249,15 +249,17 @@ static void bench_matvec(double bw)
 	 * variant of the row under tc, cp4 and the default (0); then i8 6 (the
 	 * int8 kernel k_matvec_i8 for every launch), d7 7 (the default with
 	 * k_matvec_i8 in place of tc), and their fused variants; p8, p9 (8, 9:
-	 * 6, 7 with x staged once per launch by k_mi_prep) and theirs */
-	enum { NV = 16 };
+	 * 6, 7 with x staged once per launch by k_mi_prep) and theirs; last
+	 * the fused variant under cp8 */
+	enum { NV = 17 };
 	static const struct {
 		int impl, fused;
 	} vs[NV] = {{1, 0}, {3, 0}, {2, 0}, {4, 0}, {5, 0}, {2, 1}, {4, 1}, {0, 1},
-		    {6, 0}, {7, 0}, {6, 1}, {7, 1}, {8, 0}, {9, 0}, {8, 1}, {9, 1}};
-	printf("\n%-26s %6s %7s %7s %7s %4s %7s %4s %7s %4s %7s %7s %7s %7s %4s %7s %7s %7s %7s %4s %7s %7s %7s\n",
+		    {6, 0}, {7, 0}, {6, 1}, {7, 1}, {8, 0}, {9, 0}, {8, 1}, {9, 1}, {5, 1}};
+	printf("\n%-26s %6s %7s %7s %7s %4s %7s %4s %7s %4s %7s %7s %7s %7s %4s %7s %7s %7s %7s %4s %7s %7s %7s %7s\n",
 	       "matvec q4g64", "MB", "simt us", "wt us", "tc us", "%bw", "cp4 us", "%bw", "cp8 us", "%bw", "f-tc us",
-	       "f-cp4", "f-def", "i8 us", "%bw", "d7 us", "f-i8", "f-d7", "p8 us", "%bw", "p9 us", "f-p8", "f-p9");
+	       "f-cp4", "f-def", "i8 us", "%bw", "d7 us", "f-i8", "f-d7", "p8 us", "%bw", "p9 us", "f-p8", "f-p9",
+	       "f-cp8");
 	const char *only = getenv("MV_ONLY"); /* one row of the table (its index), e.g. under ncu */
 	for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
 		if (only && atoi(only) != (int)k)
@@ -318,11 +320,11 @@ static void bench_matvec(double bw)
 		kc_matvec_impl(0);
 		double mb = (double)bytes / 1e6;
 		printf("%-26s %6.1f %7.2f %7.2f %7.2f %3.0f%% %7.2f %3.0f%% %7.2f %3.0f%% %7.2f %7.2f %7.2f %7.2f %3.0f%% "
-		       "%7.2f %7.2f %7.2f %7.2f %3.0f%% %7.2f %7.2f %7.2f\n",
+		       "%7.2f %7.2f %7.2f %7.2f %3.0f%% %7.2f %7.2f %7.2f %7.2f\n",
 		       ms[k].name, mb, us[0], us[1], us[2], 100 * (bytes / (us[2] * 1e-6)) / bw, us[3],
 		       100 * (bytes / (us[3] * 1e-6)) / bw, us[4], 100 * (bytes / (us[4] * 1e-6)) / bw, us[5], us[6], us[7],
 		       us[8], 100 * (bytes / (us[8] * 1e-6)) / bw, us[9], us[10], us[11], us[12],
-		       100 * (bytes / (us[12] * 1e-6)) / bw, us[13], us[14], us[15]);
+		       100 * (bytes / (us[12] * 1e-6)) / bw, us[13], us[14], us[15], us[16]);
 		for (int c = 0; c < copies; c++)
 			for (int i = 0; i < ms[k].count; i++)
 				kc_matrix_free(&mats[c * 3 + i]);
