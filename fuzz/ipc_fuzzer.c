@@ -1,15 +1,23 @@
 /* fuzz/ipc_fuzzer.c — the broker's view of a hostile child: raw packets
  * through common/ipc.c ipc_recv (framing, header, length, type), and
  * payloads through every wire decoder of common/wcproto.c (events, errors,
- * model info, bench results, requests) and the tensor table
- * (common/safetensors.c st_table_load, with no descriptors).
+ * model info, bench results, requests), the tensor table
+ * (common/safetensors.c st_table_load, with no descriptors), and the
+ * broker<->fetcher codec (fetcher/fproto.c: the fetcher's replies as the
+ * broker reads them, the request as the fetcher reads it).
  *
- * Input: byte 0 picks the decoder, the rest is the packet or payload.
+ * Input: byte 0 picks the decoder (0xf0..0xff: the fetcher's four; below:
+ * byte 0 % 7, as the seed corpus was written), the rest is the packet or
+ * payload.
  * Checked: no memory error or UB; an accepted packet's length matches what
  * was sent and its type is in range; decoded enums are in range, times
  * finite, and text fields are NUL-terminated within their buffers, valid
  * UTF-8 and free of control characters (C0, DEL, C1);
- * a decoded request re-packs to a request that decodes to the same fields. */
+ * a decoded request re-packs to a request that decodes to the same fields;
+ * a fetcher reply decodes only to what fetcher.c can send (status 200 from
+ * byte 0 or 206 from later, offsets within a known total, printable-ASCII
+ * ETag and error text, an https:// final URL) and re-encodes to the same
+ * bytes. */
 #include <math.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,6 +27,7 @@
 #include "common/safetensors.h"
 #include "common/utf8.h"
 #include "common/wcapi.h"
+#include "fetcher/fetch.h"
 #include "fuzz/fuzz.h"
 
 static int sv[2] = { -1, -1 };
@@ -47,11 +56,28 @@ static void check_text(const char *s, size_t cap)
 	}
 }
 
+/* Every byte of the NUL-terminated s (within cap) in [lo, 0x7e]. */
+static int ascii_in(const char *s, size_t cap, unsigned char lo)
+{
+	size_t n = strnlen(s, cap);
+	if (n == cap)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < lo || (unsigned char)s[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
+/* the re-encodings' writer: the fetcher's messages fit the IPC payload */
+static uint8_t g_wbuf[IPC_MAX_PAYLOAD];
+static ipc_wr g_w;
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	ipc_wr_init(&g_w, g_wbuf, sizeof g_wbuf);
 	if (size < 1)
 		return 0;
-	uint8_t which = data[0] % 7;
+	uint8_t which = data[0] >= 0xf0 ? 7 + (data[0] & 3) : data[0] % 7;
 	const uint8_t *p = data + 1;
 	size_t n = size - 1;
 	char err[256];
@@ -136,6 +162,48 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		ipc_rd rd;
 		ipc_rd_init(&rd, p, n);
 		FUZZ_CHECK(st_table_load(&set, &rd, NULL, 0, err, sizeof err) == -1, "a table needs its shards");
+		break;
+	}
+	case 7: { /* the fetcher's request (what the fetcher reads from the broker) */
+		fetch_req r;
+		if (fetch_req_decode(&r, p, n) == 0) {
+			FUZZ_CHECK(memchr(r.url, 0, sizeof r.url) && memchr(r.if_range, 0, sizeof r.if_range) &&
+					   memchr(r.token, 0, sizeof r.token) && memchr(r.token_host, 0, sizeof r.token_host),
+				   "request strings terminated");
+			fetch_req_encode(&r, &g_w);
+			FUZZ_CHECK(!g_w.bad && g_w.len == n && !memcmp(g_w.buf, p, n), "request re-encodes");
+		}
+		break;
+	}
+	case 8: { /* a progress or head event */
+		fetch_event e;
+		if (fetch_event_decode(&e, p, n) == 0) {
+			FUZZ_CHECK((e.status == 200 && e.start == 0) || (e.status == 206 && e.start > 0), "event status");
+			FUZZ_CHECK(!e.total || (e.start <= e.total && e.done <= e.total), "event offsets");
+			FUZZ_CHECK(e.kind != FETCH_EV_PROGRESS || e.done >= e.start, "progress from start");
+			FUZZ_CHECK(ascii_in(e.etag, sizeof e.etag, 0x20), "event etag");
+			fetch_event_encode(&e, &g_w);
+			FUZZ_CHECK(!g_w.bad && g_w.len == n && !memcmp(g_w.buf, p, n), "event re-encodes");
+		}
+		break;
+	}
+	case 9: { /* the end of a download */
+		fetch_done d;
+		if (fetch_done_decode(&d, p, n) == 0) {
+			FUZZ_CHECK((d.status == 200 || d.status == 206) && d.redirects <= FETCH_MAX_REDIRECTS, "done ranges");
+			FUZZ_CHECK(!strncmp(d.final_url, "https://", 8) && ascii_in(d.final_url, sizeof d.final_url, 0x21),
+				   "done url");
+			FUZZ_CHECK(ascii_in(d.etag, sizeof d.etag, 0x20), "done etag");
+			fetch_done_encode(&d, &g_w);
+			FUZZ_CHECK(!g_w.bad && g_w.len == n && !memcmp(g_w.buf, p, n), "done re-encodes");
+		}
+		break;
+	}
+	case 10: { /* an error report */
+		uint32_t kind, status;
+		char msg[256];
+		if (fetch_error_decode(&kind, &status, msg, sizeof msg, p, n) == 0)
+			FUZZ_CHECK(kind < FETCH_ERR_COUNT && memchr(msg, 0, sizeof msg), "error ranges");
 		break;
 	}
 	}
