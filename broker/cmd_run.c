@@ -117,9 +117,9 @@ static int on_event(void *arg, const wc_event *ev)
 	turn_out *t = arg;
 	if (ev->type == WC_EV_REASONING || ev->type == WC_EV_TEXT) {
 		int r = ev->type == WC_EV_REASONING;
-		if (r != t->in_reasoning && isatty(1))
+		if (r != t->in_reasoning && t->tty)
 			fputs(r ? "\033[2m" : "\033[0m", stdout); /* thinking dimmed */
-		if (!r && t->in_reasoning && !isatty(1))
+		if (!r && t->in_reasoning && !t->tty)
 			fputs("\n\n", stdout);
 		t->in_reasoning = r;
 		print_text(t, ev->text, ev->len, 0);
@@ -171,7 +171,7 @@ static int turn(wclient *w, convo *c, run_opts *o, const char *raw_prompt)
 	g_cancel = 0;
 	int rc = wclient_generate(w, &r, on_event, &t, &e);
 	print_text(&t, "", 0, 1);
-	if (t.in_reasoning && isatty(1))
+	if (t.in_reasoning && t.tty)
 		fputs("\033[0m", stdout);
 	if (rc) {
 		fprintf(stderr, "mlxr: %s\n", e.msg);

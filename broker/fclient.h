@@ -11,8 +11,9 @@
  * (libsodium, streaming over the staged file).
  *
  * Policy (enforced in the fetcher, re-checked where the broker can):
- *  - https only, on every hop; redirects followed at most FCLIENT_MAX_REDIRECTS
- *    times; a redirect to http:// or a loop is an error;
+ *  - https only, on every hop; redirects followed at most
+ *    FETCH_MAX_REDIRECTS times (fetcher/fetch.h); a redirect to http://
+ *    or a loop is an error;
  *  - the token ($HF_TOKEN, else $HF_HOME/token, else
  *    ~/.cache/huggingface/token) is sent only to the host of HF_ENDPOINT,
  *    never to a host a redirect leads to;
@@ -31,8 +32,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define FCLIENT_MAX_REDIRECTS 5
 
 /* Progress callback: done bytes of total (0 when unknown). */
 typedef void (*fclient_progress_fn)(void *arg, uint64_t done, uint64_t total);

@@ -28,6 +28,16 @@ size_t utf8_decode(const unsigned char *p, size_t n, uint32_t *cp)
 	return len;
 }
 
+int utf8_valid(const void *pv, size_t n)
+{
+	const unsigned char *p = pv;
+	uint32_t cp;
+	for (size_t i = 0, k; i < n; i += k)
+		if (!(k = utf8_decode(p + i, n - i, &cp)))
+			return 0;
+	return 1;
+}
+
 int utf8_partial(const unsigned char *p, size_t n)
 {
 	unsigned c = p[0];

@@ -6,6 +6,8 @@
  *    its byte length, or 0 when the bytes there are not well-formed UTF-8
  *    (RFC 3629 §4: no overlongs, no surrogates, nothing above U+10FFFF, no
  *    truncated sequence). It never reads past p + n.
+ *  - utf8_valid() is 1 when all of p[0..n) is well-formed UTF-8 (n = 0:
+ *    yes).
  *  - utf8_partial() is 1 when p[0..n) (1 <= n <= 3) is a proper prefix of
  *    a well-formed sequence: a character that the next bytes may complete.
  *  - utf8_clean() copies s[0..n) to out keeping well-formed characters and
@@ -43,6 +45,7 @@ enum { UTF8_KEEP_NL_TAB = 1, UTF8_KEEP_CONTROLS = 2, UTF8_REPL_FFFD = 4 };
 #define UTF8_CLEAN_MAX(n) (3 * ((size_t)(n) + 3))
 
 size_t utf8_decode(const unsigned char *p, size_t n, uint32_t *cp);
+int utf8_valid(const void *p, size_t n);
 int utf8_partial(const unsigned char *p, size_t n);
 size_t utf8_clean(utf8_hold *h, const void *s, size_t n, int final, int flags, char *out);
 

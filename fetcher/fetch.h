@@ -140,6 +140,11 @@ typedef enum {
 	FETCH_ERR_COUNT
 } fetch_err;
 
+/* 1 when every byte of s is in [lo, 0x7e]: lo 0x20 for printable ASCII
+ * (header values the fetcher puts on the wire, ETags), 0x21 for a URL
+ * (fetch_url_parse refuses spaces too). */
+int fetch_ascii(const char *s, unsigned char lo);
+
 int fetch_req_encode(const fetch_req *r, ipc_wr *w);
 int fetch_req_decode(fetch_req *r, const uint8_t *p, size_t n);
 void fetch_event_encode(const fetch_event *e, ipc_wr *w);

@@ -64,10 +64,7 @@ static int send_event(fctx *f, const fetch_event *e)
  * injection from a token or an ETag). */
 static int printable(const char *s)
 {
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
-			return 0;
-	return 1;
+	return fetch_ascii(s, 0x20);
 }
 
 static int write_at(int fd, const uint8_t *p, size_t n, uint64_t off)

@@ -19,10 +19,7 @@ static int get_str(ipc_rd *r, char *dst, size_t cap)
 	return 0;
 }
 
-/* Every byte in [lo, 0x7e]: 0x20 for an ETag (printable ASCII, what the
- * fetcher puts in If-Range), 0x21 for a URL (fetch_url_parse refuses
- * spaces too). */
-static int ascii_only(const char *s, unsigned char lo)
+int fetch_ascii(const char *s, unsigned char lo)
 {
 	for (; *s; s++)
 		if ((unsigned char)*s < lo || (unsigned char)*s > 0x7e)
@@ -107,7 +104,7 @@ int fetch_event_decode(fetch_event *e, const uint8_t *p, size_t n)
 	 * <= total (the fetcher stops at the announced length). PROGRESS:
 	 * done counts from start (a HEAD's done is 0). */
 	if (!status_ok(e->status, e->start) || (e->total && (e->start > e->total || e->done > e->total)) ||
-	    (e->kind == FETCH_EV_PROGRESS && e->done < e->start) || !ascii_only(e->etag, 0x20))
+	    (e->kind == FETCH_EV_PROGRESS && e->done < e->start) || !fetch_ascii(e->etag, 0x20))
 		return -1;
 	return 0;
 }
@@ -135,7 +132,7 @@ int fetch_done_decode(fetch_done *d, const uint8_t *p, size_t n)
 	/* The final URL is what fetch_url_format wrote: "https://" and no
 	 * space or control byte. */
 	if ((d->status != 200 && d->status != 206) || d->redirects > FETCH_MAX_REDIRECTS ||
-	    strncmp(d->final_url, "https://", 8) || !ascii_only(d->final_url, 0x21) || !ascii_only(d->etag, 0x20))
+	    strncmp(d->final_url, "https://", 8) || !fetch_ascii(d->final_url, 0x21) || !fetch_ascii(d->etag, 0x20))
 		return -1;
 	return 0;
 }

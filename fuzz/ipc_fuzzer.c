@@ -72,6 +72,12 @@ static int ascii_in(const char *s, size_t cap, unsigned char lo)
 static uint8_t g_wbuf[IPC_MAX_PAYLOAD];
 static ipc_wr g_w;
 
+/* g_w holds exactly p[0..n): a decoded message re-encoded to its bytes */
+static int wrote(const uint8_t *p, size_t n)
+{
+	return !g_w.bad && g_w.len == n && !memcmp(g_w.buf, p, n);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	ipc_wr_init(&g_w, g_wbuf, sizeof g_wbuf);
@@ -171,7 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					   memchr(r.token, 0, sizeof r.token) && memchr(r.token_host, 0, sizeof r.token_host),
 				   "request strings terminated");
 			fetch_req_encode(&r, &g_w);
-			FUZZ_CHECK(!g_w.bad && g_w.len == n && !memcmp(g_w.buf, p, n), "request re-encodes");
+			FUZZ_CHECK(wrote(p, n), "request re-encodes");
 		}
 		break;
 	}
@@ -183,7 +189,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FUZZ_CHECK(e.kind != FETCH_EV_PROGRESS || e.done >= e.start, "progress from start");
 			FUZZ_CHECK(ascii_in(e.etag, sizeof e.etag, 0x20), "event etag");
 			fetch_event_encode(&e, &g_w);
-			FUZZ_CHECK(!g_w.bad && g_w.len == n && !memcmp(g_w.buf, p, n), "event re-encodes");
+			FUZZ_CHECK(wrote(p, n), "event re-encodes");
 		}
 		break;
 	}
@@ -195,7 +201,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				   "done url");
 			FUZZ_CHECK(ascii_in(d.etag, sizeof d.etag, 0x20), "done etag");
 			fetch_done_encode(&d, &g_w);
-			FUZZ_CHECK(!g_w.bad && g_w.len == n && !memcmp(g_w.buf, p, n), "done re-encodes");
+			FUZZ_CHECK(wrote(p, n), "done re-encodes");
 		}
 		break;
 	}

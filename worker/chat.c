@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/json.h"
+#include "common/utf8.h"
 
 static void chat_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void chat_err(char *err, size_t errlen, const char *fmt, ...)
@@ -37,49 +38,6 @@ static const char QWEN_SYSTEM[] = "You are Qwen, created by Alibaba Cloud. You a
 static int has(const char *s, size_t n, const char *lit)
 {
 	return memmem(s, n, lit, strlen(lit)) != NULL;
-}
-
-/* Strict UTF-8 (RFC 3629): no overlongs, no surrogates, <= U+10FFFF. */
-static int utf8_valid(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		unsigned c = s[i];
-		size_t k;
-		uint32_t cp, min;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf) {
-			k = 1;
-			cp = c & 0x1f;
-			min = 0x80;
-		} else if (c >= 0xe0 && c <= 0xef) {
-			k = 2;
-			cp = c & 0x0f;
-			min = 0x800;
-		} else if (c >= 0xf0 && c <= 0xf4) {
-			k = 3;
-			cp = c & 0x07;
-			min = 0x10000;
-		} else {
-			return 0;
-		}
-		if (n - i - 1 < k)
-			return 0;
-		for (size_t j = 1; j <= k; j++) {
-			if ((s[i + j] & 0xc0) != 0x80)
-				return 0;
-			cp = (cp << 6) | (s[i + j] & 0x3f);
-		}
-		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-			return 0;
-		i += k + 1;
-	}
-	return 1;
 }
 
 /* Python's str.isspace(), which Jinja's `trim` (str.strip()) and

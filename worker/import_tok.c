@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "common/json.h"
+#include "common/utf8.h"
 
 #define TOK_MAX_VOCAB (1u << 24) /* the largest real vocabularies are ~260k */
 #define TOK_MAX_LEN 4096         /* bytes per token; real ones are < 200 */
@@ -146,29 +147,6 @@ static int32_t hget(hmap *m, const char *s, uint32_t n)
 	return e->s ? e->id : -1;
 }
 
-/* Decodes one UTF-8 code point (RFC 3629: no overlongs, no surrogates).
- * Returns its length, 0 if invalid. */
-static uint32_t utf8_dec(const unsigned char *p, size_t left, uint32_t *cp)
-{
-	if (!left)
-		return 0;
-	if (p[0] < 0x80)
-		return *cp = p[0], 1;
-	uint32_t n = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 0;
-	if (!n || p[0] > 0xF4 || n > left)
-		return 0;
-	uint32_t v = p[0] & (0x7F >> n);
-	for (uint32_t i = 1; i < n; i++) {
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-		v = v << 6 | (p[i] & 0x3F);
-	}
-	if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF))
-		return 0;
-	*cp = v;
-	return n;
-}
-
 /* GPT-2 bytes_to_unicode(): printable bytes map to themselves, the other
  * 68 to U+0100.. in byte order. */
 static uint32_t byte_char(uint8_t b)
@@ -218,7 +196,7 @@ static int spell(tctx *c, uint64_t i, const char *s, uint64_t n, int byte_level)
 	int all_alpha = 1, has_space = 0, all_space = 1;
 	uint64_t ncp = 0;
 	for (uint64_t k = 0; k < n;) {
-		uint32_t cp, l = utf8_dec((const unsigned char *)s + k, (size_t)(n - k), &cp);
+		uint32_t cp, l = utf8_decode((const unsigned char *)s + k, (size_t)(n - k), &cp);
 		if (!l)
 			return terr(c, "token %llu is not valid UTF-8", (unsigned long long)i);
 		all_alpha &= in_alphabet(cp);
@@ -490,7 +468,7 @@ int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_
 			uint32_t l;
 			for (uint64_t k = 0; k < n; k += l) {
 				uint32_t cp;
-				if (!(l = utf8_dec((const unsigned char *)s + k, (size_t)(n - k), &cp))) {
+				if (!(l = utf8_decode((const unsigned char *)s + k, (size_t)(n - k), &cp))) {
 					terr(&c, "tokenizer.ggml.merges[%llu] is not valid UTF-8", (unsigned long long)i);
 					goto out;
 				}
@@ -514,7 +492,7 @@ int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_
 			uint32_t cut[TOK_MAX_LEN];
 			uint32_t ncut = 0, k = 0, cp;
 			while (k < n) {
-				k += utf8_dec((const unsigned char *)s + k, n - k, &cp);
+				k += utf8_decode((const unsigned char *)s + k, n - k, &cp);
 				if (k < n)
 					cut[ncut++] = k;
 			}
@@ -549,7 +527,7 @@ int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_
 	if (tmpl) {
 		for (uint64_t k = 0, l; k < tlen; k += l) {
 			uint32_t cp;
-			if (!(l = utf8_dec((const unsigned char *)tmpl + k, (size_t)(tlen - k), &cp))) {
+			if (!(l = utf8_decode((const unsigned char *)tmpl + k, (size_t)(tlen - k), &cp))) {
 				terr(&c, "tokenizer.chat_template is not valid UTF-8");
 				goto out;
 			}

@@ -801,14 +801,6 @@ static void sl_lossy(slist *l, const unsigned char *p, size_t n)
 	}
 }
 
-static int utf8_valid(const unsigned char *p, size_t n)
-{
-	uint32_t cp;
-	for (size_t i = 0, k; i < n; i += k)
-		if (!(k = utf8_decode(p + i, n - i, &cp))) return 0;
-	return 1;
-}
-
 static int is_fallback_piece(const char *s, size_t n, unsigned char *b)
 {
 	/* "<0xXX>" (HF ByteFallback: six bytes, s[3..5] parsed by Rust's
