@@ -69,7 +69,11 @@ static size_t repl(char *out, int flags)
 /* One well-formed character p[0..k) (code point cp) into out. */
 static size_t put_char(char *out, const unsigned char *p, size_t k, uint32_t cp, int flags)
 {
-	int ctl = cp < 0x20 || (cp >= 0x7F && cp <= 0x9F);
+	/* controls (C0, DEL, C1) and the bidirectional embeddings, overrides
+	 * and isolates (LRE..RLO, LRI..PDI), which make a terminal that
+	 * reorders text show it in another order than it is (CVE-2021-42574) */
+	int ctl = cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) ||
+		  (cp >= 0x2066 && cp <= 0x2069);
 	if (ctl && !(flags & UTF8_KEEP_CONTROLS) && !((flags & UTF8_KEEP_NL_TAB) && (cp == '\n' || cp == '\t')))
 		return repl(out, flags);
 	memcpy(out, p, k);

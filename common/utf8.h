@@ -13,11 +13,16 @@
  *  - utf8_clean() copies s[0..n) to out keeping well-formed characters and
  *    replacing, by one replacement each, every control character (C0
  *    U+0000..U+001F, DEL U+007F, C1 U+0080..U+009F: ECMA-48 reads C1 CSI
- *    U+009B like ESC '[') and every byte that does not start a well-formed
- *    character (invalid UTF-8: one replacement per byte). Flags:
+ *    U+009B like ESC '['), every bidirectional embedding, override and
+ *    isolate (U+202A..U+202E, U+2066..U+2069: on a terminal that reorders
+ *    text they show it in another order than it is, CVE-2021-42574), and
+ *    every byte that does not start a well-formed character (invalid
+ *    UTF-8: one replacement per byte). Flags:
  *      UTF8_KEEP_NL_TAB   keep '\n' and '\t';
- *      UTF8_KEEP_CONTROLS keep every control character (validation only:
- *                         the HTTP API's JSON writer escapes them);
+ *      UTF8_KEEP_CONTROLS keep every control and bidi character
+ *                         (validation only: the HTTP API's JSON writer
+ *                         escapes the controls, and the text is the
+ *                         model's);
  *      UTF8_REPL_FFFD     the replacement is U+FFFD (3 bytes), else '?'.
  *    With h == NULL the text is whole: an incomplete sequence at its end is
  *    invalid. With h, the text is one piece of a stream: an incomplete

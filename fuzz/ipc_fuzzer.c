@@ -12,7 +12,8 @@
  * Checked: no memory error or UB; an accepted packet's length matches what
  * was sent and its type is in range; decoded enums are in range, times
  * finite, and text fields are NUL-terminated within their buffers, valid
- * UTF-8 and free of control characters (C0, DEL, C1);
+ * UTF-8 and free of control characters (C0, DEL, C1) and of bidi
+ * embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069);
  * a decoded request re-packs to a request that decodes to the same fields;
  * a fetcher reply decodes only to what fetcher.c can send (status 200 from
  * byte 0 or 206 from later, offsets within a known total, printable-ASCII
@@ -53,6 +54,7 @@ static void check_text(const char *s, size_t cap)
 		if (!k)
 			break;
 		FUZZ_CHECK(cp >= 0x20 && !(cp >= 0x7f && cp <= 0x9f), "control character in text");
+		FUZZ_CHECK(!(cp >= 0x202a && cp <= 0x202e) && !(cp >= 0x2066 && cp <= 0x2069), "bidi control in text");
 	}
 }
 

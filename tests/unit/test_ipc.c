@@ -1696,7 +1696,8 @@ static int term_safe(const char *s, size_t n)
 	for (size_t i = 0, k; i < n; i += k) {
 		uint32_t cp;
 		k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
-		if (!k || ((cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) && cp != '\n' && cp != '\t'))
+		if (!k || ((cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) && cp != '\n' && cp != '\t') ||
+		    (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069))
 			return 0;
 	}
 	return 1;
@@ -1728,6 +1729,14 @@ static void test_utf8_clean(void)
 		{ { "\xf4", "\x90\x80\x80" }, 2, FFFD FFFD FFFD FFFD, "> U+10FFFF split" },
 		{ { "ok\xe2\x82" }, 1, "ok" FFFD FFFD, "truncated at the end of the answer" },
 		{ { "\xc3", "\xa9x\x1b" }, 2, "\xc3\xa9x" FFFD, "held character completed, rest cleaned" },
+		{ { "if (a \xe2\x80\xae) { \xe2\x81\xa6" "b\xe2\x81\xa9" }, 1, "if (a " FFFD ") { " FFFD "b" FFFD,
+		  "bidi override RLO, isolate LRI and PDI replaced" },
+		{ { "\xe2\x80\xaa\xe2\x80\xab\xe2\x80\xac\xe2\x80\xad\xe2\x81\xa7\xe2\x81\xa8" }, 1,
+		  FFFD FFFD FFFD FFFD FFFD FFFD, "LRE, RLE, PDF, LRO, RLI, FSI replaced" },
+		{ { "\xe2\x80\xa9\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa\xe2\x80\x8f\xd7\xa9\xd7\x9c" }, 1,
+		  "\xe2\x80\xa9\xe2\x80\xaf\xe2\x81\xa5\xe2\x81\xaa\xe2\x80\x8f\xd7\xa9\xd7\x9c",
+		  "neighbours U+2029, U+202F, U+2065, U+206A, RLM and Hebrew kept" },
+		{ { "\xe2\x80", "\xae!" }, 2, FFFD "!", "RLO split over two events" },
 	};
 	for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
 		size_t n;
@@ -1740,6 +1749,7 @@ static void test_utf8_clean(void)
 	 * input (it fills fixed-size fields). */
 	static const unsigned char pool[] = { 0, '\t', '\n', '\r', 0x1b, '[', 'a', 0x7f, 0x80, 0x9b, 0x9f,
 					      0xa0, 0xbf, 0xc0, 0xc2, 0xc3, 0xdf, 0xe0, 0xe2, 0xed, 0xef,
+					      0x81, 0xa9, 0xae, /* with 0xe2, 0x80: the bidi controls */
 					      0xf0, 0xf4, 0xf5, 0xff };
 	uint64_t rs = 0x9e3779b97f4a7c15ull;
 	int diff = 0, unsafe = 0, over = 0;
