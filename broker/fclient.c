@@ -141,7 +141,7 @@ int fclient_verify(int fd, uint64_t expected_size, const uint8_t sha256[32], cha
 		snprintf(err, errlen, "not a regular file");
 		return -1;
 	}
-	if (expected_size && (uint64_t)sb.st_size != expected_size) {
+	if (expected_size != FCLIENT_SIZE_ANY && (uint64_t)sb.st_size != expected_size) {
 		snprintf(err, errlen, "size is %llu bytes, expected %llu", (unsigned long long)sb.st_size,
 			 (unsigned long long)expected_size);
 		return -1;
@@ -293,7 +293,22 @@ int fclient_download_ex(const char *url, int out_fd, const fclient_opts *o, char
 			}
 			if (o->progress)
 				o->progress(o->arg, d.size, total ? total : d.size);
-			/* The fetcher's account is not trusted: check the file. */
+			/* The fetcher's account is not trusted: check the file. It
+			 * must hold what the fetcher says it wrote and, where the
+			 * server announced a length (total > 0), that many bytes. */
+			struct stat fs;
+			if (fstat(out_fd, &fs)) {
+				snprintf(err, errlen, "the downloaded file: %s", strerror(errno));
+				return -1;
+			}
+			if ((uint64_t)fs.st_size != d.size || (total && d.size != total)) {
+				snprintf(err, errlen,
+					 "the downloaded file has %llu bytes; the fetcher reported %llu and the server "
+					 "announced %llu",
+					 (unsigned long long)fs.st_size, (unsigned long long)d.size,
+					 (unsigned long long)total);
+				return -1;
+			}
 			if (fclient_verify(out_fd, o->expected_size, o->sha256, err, errlen))
 				return -1;
 			return 0;
@@ -340,6 +355,7 @@ int fclient_get(const char *url, size_t max, char **body, size_t *len, char *err
 	int status = 0;
 	fclient_opts o;
 	memset(&o, 0, sizeof(o));
+	o.expected_size = FCLIENT_SIZE_ANY;
 	o.max_bytes = max;
 	o.http_status = &status;
 	int rc = fclient_download_ex(url, fd, &o, err, errlen);

@@ -40,21 +40,25 @@ typedef void (*fclient_progress_fn)(void *arg, uint64_t done, uint64_t total);
  * out_fd (a regular file the broker opened read-write in a staging
  * directory; the caller keeps ownership). resume != 0: continue from the
  * file's current size using Range/If-Range; otherwise the file is truncated
- * first. expected_size (0: unknown) and sha256 (NULL: not checked) are
+ * first. expected_size (FCLIENT_SIZE_ANY: unknown; 0 is an empty file)
+ * and sha256 (NULL: not checked) are
  * verified by the broker over the file after the download; a mismatch
  * truncates nothing but returns -1. progress may be NULL. The token is sent
  * only when url's host is HF_ENDPOINT's host. Returns 0, or -1 with err. */
 int fclient_download(const char *url, int out_fd, int resume, uint64_t expected_size, const uint8_t sha256[32],
 		     fclient_progress_fn progress, void *arg, char *err, size_t errlen);
 
+#define FCLIENT_SIZE_ANY UINT64_MAX /* expected_size: no size to check */
+
 /* The same with every option (fclient_download is this with the defaults).
- * Fields left 0/NULL are off. */
+ * Fields left 0/NULL are off, except expected_size (0 is a size). */
 typedef struct {
 	int resume;                 /* continue from the file's size */
 	const char *if_range;       /* resume: the ETag the partial file came
 	                               with (If-Range); NULL: none (a changed file
 	                               is then caught by the SHA-256 check) */
-	uint64_t expected_size;     /* checked after the download; 0: unknown */
+	uint64_t expected_size;     /* checked after the download;
+	                               FCLIENT_SIZE_ANY: unknown */
 	const uint8_t *sha256;      /* checked after the download; NULL: none */
 	uint64_t max_bytes;         /* refuse a body larger than this; 0: none */
 	fclient_progress_fn progress;
@@ -67,7 +71,8 @@ typedef struct {
 } fclient_opts;
 int fclient_download_ex(const char *url, int out_fd, const fclient_opts *o, char *err, size_t errlen);
 
-/* Checks the file behind fd: size (when expected_size != 0) and SHA-256
+/* Checks the file behind fd: size (unless expected_size is
+ * FCLIENT_SIZE_ANY) and SHA-256
  * (when sha256 != NULL), streaming with libsodium. 0 or -1 with err. */
 int fclient_verify(int fd, uint64_t expected_size, const uint8_t sha256[32], char *err, size_t errlen);
 

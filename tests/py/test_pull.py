@@ -150,6 +150,19 @@ def test_wrong_size_refused(mlxr, hub, pki, home):
     assert not installed(home)
 
 
+def test_listed_size_is_the_authority_even_when_zero(mlxr, hub, pki, home, repo_files):
+    # the Hub lists config.json as empty (its resolve URL would serve the
+    # bytes): an empty file is what that listing allows, so nothing is
+    # fetched for it, and the model's own validation then refuses the pull
+    hub.faults["size_delta"] = {"config.json": -len(repo_files["config.json"])}
+    r = pull(mlxr, env_for(hub, pki, home), "org/repo")
+    assert r.returncode != 0
+    assert "config.json: not valid JSON" in r.stderr, r.stderr
+    assert hub.requests(host="hub.test", path_part="/tree/")  # the listing was read
+    assert not [q for q in hub.requests() if q[2].split("?")[0].endswith("/resolve/%s/config.json" % hubserver.SHA)]
+    assert not installed(home)
+
+
 def test_unknown_ca_refused(mlxr, pki, repo_files, home):
     h = hubserver.Hub(pki["evil_cert"], pki["evil_key"], {"org/repo": repo_files})
     try:
