@@ -465,13 +465,9 @@ int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_
 				     (unsigned long long)i);
 				goto out;
 			}
-			uint32_t l;
-			for (uint64_t k = 0; k < n; k += l) {
-				uint32_t cp;
-				if (!(l = utf8_decode((const unsigned char *)s + k, (size_t)(n - k), &cp))) {
-					terr(&c, "tokenizer.ggml.merges[%llu] is not valid UTF-8", (unsigned long long)i);
-					goto out;
-				}
+			if (!utf8_valid(s, (size_t)n)) {
+				terr(&c, "tokenizer.ggml.merges[%llu] is not valid UTF-8", (unsigned long long)i);
+				goto out;
 			}
 			jw_cstr(&w, first ? "\n      [" : ",\n      [");
 			first = 0;
@@ -525,12 +521,9 @@ int gguf_write_tokenizer(const gguf_file *g, const char *arch, uint64_t context_
 		goto out;
 	}
 	if (tmpl) {
-		for (uint64_t k = 0, l; k < tlen; k += l) {
-			uint32_t cp;
-			if (!(l = utf8_decode((const unsigned char *)tmpl + k, (size_t)(tlen - k), &cp))) {
-				terr(&c, "tokenizer.chat_template is not valid UTF-8");
-				goto out;
-			}
+		if (!utf8_valid(tmpl, (size_t)tlen)) {
+			terr(&c, "tokenizer.chat_template is not valid UTF-8");
+			goto out;
 		}
 	} else if (!strcmp(arch, "gemma3")) {
 		tmpl = gemma3_template;
