@@ -66,6 +66,12 @@ static int g_ready;
 static int g_sms = 132;
 static int g_pdl = 1; /* launch_pdl: see "programmatic dependent launch" */
 static int g_pdl_add; /* the same for the residual-adding matvecs (MLXR_CUDA_PDL_ADD=1; off: run 24) */
+/* MLXR_CUDA_CARVE=N (0..100; experiment, run 36): every kernel launched
+ * through launch_ex gets the preferred shared-memory carveout N, and the
+ * device's cache preference follows (N >= 50: shared), so that
+ * consecutive kernels ask for one L1 / shared split. -1: unset. */
+static int g_carve = -1;
+static int g_mqw; /* MLXR_CUDA_MQW (4, 8, 16; 0: by shape): see mq_launch_w */
 static int *g_stage;                      /* [KC_STAGE_SLOTS] pinned host */
 static cudaEvent_t g_stage_ev[KC_STAGE_SLOTS];
 static uint64_t g_path[KC_PATH_COUNT]; /* kc_path_count */
@@ -116,7 +122,14 @@ extern "C" int kc_init(int dev)
 	g_pdl = !(pdl && pdl[0] == '0');
 	const char *pa = getenv("MLXR_CUDA_PDL_ADD");
 	g_pdl_add = g_pdl && pa && pa[0] == '1';
+	const char *mw = getenv("MLXR_CUDA_MQW");
+	g_mqw = mw && (atoi(mw) == 4 || atoi(mw) == 8 || atoi(mw) == 16) ? atoi(mw) : 0;
+	const char *cv = getenv("MLXR_CUDA_CARVE");
+	g_carve = cv && cv[0] ? atoi(cv) : -1;
+	g_carve = g_carve > 100 ? 100 : g_carve;
 	CK(cudaSetDevice(dev));
+	if (g_carve >= 0)
+		CK(cudaDeviceSetCacheConfig(g_carve >= 50 ? cudaFuncCachePreferShared : cudaFuncCachePreferL1));
 	CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
 	for (int i = 0; i < 8; i++)
 		CK(cudaEventCreate(&g_ev[i]));
@@ -240,6 +253,22 @@ static __device__ __forceinline__ void pdl_wait(void)
 #endif
 }
 
+/* MLXR_CUDA_CARVE's carveout on kernel f, once per kernel (run 36) */
+static cudaError_t carve_once(const void *f)
+{
+	static const void *set[256];
+	static int nset;
+	if (g_carve < 0)
+		return cudaSuccess;
+	for (int i = 0; i < nset; i++)
+		if (set[i] == f)
+			return cudaSuccess;
+	if (nset == 256)
+		return cudaSuccess;
+	set[nset++] = f;
+	return cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, g_carve);
+}
+
 template <typename... KArgs, typename... Args>
 static cudaError_t launch_ex(int pdl, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args)
 {
@@ -253,6 +282,9 @@ static cudaError_t launch_ex(int pdl, void (*kern)(KArgs...), dim3 grid, dim3 bl
 	at[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.attrs = at;
 	cfg.numAttrs = pdl ? 1 : 0;
+	const cudaError_t e = carve_once((const void *)kern);
+	if (e != cudaSuccess)
+		return e;
 	return cudaLaunchKernelEx(&cfg, kern, args...);
 }
 
@@ -765,22 +797,23 @@ static __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&
  * the codes (V 16-byte loads per row and chunk) and the (scale, bias)
  * pairs of their groups, h = 0..3 (SW 16-byte loads per row: the pair
  * layout puts them side by side). */
-template <int V, int SW>
+template <int V, int SW, int HN = 4>
 struct mq_regs {
-	uint4 wa[4][V], wb[4][V];
+	uint4 wa[HN][V], wb[HN][V]; /* h0 .. h0 + HN - 1 (the split kernel's h-parts; else all 4) */
 	uint4 pa[SW], pb[SW];
 };
 
-/* ea0/eb0: first pair of rows ra/rb (row * ngp); chunks per group 1 << cpg_sh <= 4 */
-template <int BITS, class S>
-static __device__ __forceinline__ void mq_load(mq_regs<BITS / 4, S::SW> &r, const uint4 *Wa, const uint4 *Wb,
+/* ea0/eb0: first pair of rows ra/rb (row * ngp); chunks per group 1 << cpg_sh <= 4.
+ * HN < 4: only h = h0 .. h0 + HN - 1 of the step (the pairs: all 4, one load) */
+template <int BITS, class S, int HN = 4>
+static __device__ __forceinline__ void mq_load(mq_regs<BITS / 4, S::SW, HN> &r, const uint4 *Wa, const uint4 *Wb,
 					       const void *SB, size_t ea0, size_t eb0, int cpg_sh, int st, int tig,
-					       int nch)
+					       int nch, int h0 = 0)
 {
 	constexpr int V = BITS / 4;
 #pragma unroll
-	for (int h = 0; h < 4; h++) {
-		const int ch = st * 16 + 4 * h + tig;
+	for (int h = 0; h < HN; h++) {
+		const int ch = st * 16 + 4 * (h0 + h) + tig;
 		const bool ok = ch < nch;
 #pragma unroll
 		for (int u = 0; u < V; u++) {
@@ -804,14 +837,26 @@ static __device__ __forceinline__ void mq_load(mq_regs<BITS / 4, S::SW> &r, cons
 	}
 }
 
-template <int BITS, class S>
-static __device__ __forceinline__ void mq_compute(const mq_regs<BITS / 4, S::SW> &r, const uint32_t *xs, int st,
-						  int tig, int nch, bool bact, int part, float &acc_a, float &acc_b)
+/* Word k (< 4 SW) of a lane's SW 16-byte pair loads, by selects: a run-time
+ * index into the register array would put it in local memory (h0 of the
+ * split kernel's h-parts). */
+template <int SW>
+static __device__ __forceinline__ uint32_t mq_pw(const uint4 (&p)[SW], int k)
+{
+	const uint4 v = SW == 1 || k < 4 ? p[0] : p[SW - 1];
+	const int j = k & 3;
+	return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+template <int BITS, class S, int HN = 4>
+static __device__ __forceinline__ void mq_compute(const mq_regs<BITS / 4, S::SW, HN> &r, const uint32_t *xs, int st,
+						  int tig, int nch, bool bact, int part, float &acc_a, float &acc_b,
+						  int h0 = 0)
 {
 	constexpr float D = BITS == 4 ? 16.0f : 256.0f;
 #pragma unroll
-	for (int h = 0; h < 4; h++) {
-		const int ch = st * 16 + 4 * h + tig;
+	for (int h = 0; h < HN; h++) {
+		const int ch = st * 16 + 4 * (h0 + h) + tig;
 		const uint32_t *cp = xs + min(ch, nch - 1) * MQ_CW;
 		/* lanes that feed no B column read the zero words after the
 		 * staged chunks (one address: a broadcast, no branch) */
@@ -841,7 +886,12 @@ static __device__ __forceinline__ void mq_compute(const mq_regs<BITS / 4, S::SW>
 		}
 		if (ch < nch) {
 			const float xsum = __uint_as_float(cp[32]), mul = __uint_as_float(cp[33]);
-			const uint32_t *ea = (const uint32_t *)r.pa + h * S::SW, *eb = (const uint32_t *)r.pb + h * S::SW;
+			uint32_t ea[S::SW], eb[S::SW];
+#pragma unroll
+			for (int k = 0; k < S::SW; k++) {
+				ea[k] = mq_pw<S::SW>(r.pa, (h0 + h) * S::SW + k);
+				eb[k] = mq_pw<S::SW>(r.pb, (h0 + h) * S::SW + k);
+			}
 			acc_a = fmaf(mul, fmaf(S::ps(ea) * D, d[0] + d[1] - xsum, S::pb(ea) * xsum), acc_a);
 			acc_b = fmaf(mul, fmaf(S::ps(eb) * D, d[2] + d[3] - xsum, S::pb(eb) * xsum), acc_b);
 		}
@@ -1428,59 +1478,66 @@ static __device__ __forceinline__ void mq_tile_out(const mv_args &a, const float
  * CPG < 0: the f16 inner loop (mq_stage, mq_compute; 4 or 8 bits, any
  * group); CPG >= 0: the int8 one (mi_stage, mi_compute; 4 bits, group
  * 32 << CPG). xs: the dynamic shared memory of the kernel. */
-template <int BITS, class S, int CPG>
-static __device__ __forceinline__ void mq_step(const mq_regs<BITS / 4, S::SW> &r, const uint32_t *xs,
-					       const uint8_t *meta, int st, int tig, int nch, bool bact, int part,
-					       const mi_lane<(CPG >= 0 ? CPG : 0)> &L, float &acc_a, float &acc_b)
+template <int BITS, class S, int CPG, int HN>
+static __device__ __forceinline__ void mq_step(const mq_regs<BITS / 4, S::SW, HN> &r, const uint32_t *xs,
+					       const uint8_t *meta, int st, int h0, int tig, int nch, bool bact,
+					       int part, const mi_lane<(CPG >= 0 ? CPG : 0)> &L, float &acc_a,
+					       float &acc_b)
 {
 	if constexpr (CPG >= 0)
 		mi_compute<S, CPG>(r, (const uint8_t *)xs, meta, st, L, acc_a, acc_b);
 	else
-		mq_compute<BITS, S>(r, xs, st, tig, nch, bact, part, acc_a, acc_b);
+		mq_compute<BITS, S, HN>(r, xs, st, tig, nch, bact, part, acc_a, acc_b, h0);
 }
 
-template <int BITS, class S, int NM, int NORM, int CPG>
+/* W warps per block (MQ_WARPS but in run 36's experiment); HN < 4 (the f16
+ * loop only): a warp's unit is HN of a step's 4 h (its chunks 4 h + tig),
+ * so that W warps find work where a tile has fewer than W steps. Units
+ * u = wid, wid + W, ...: step u / (4 / HN), h0 = (u % (4 / HN)) HN. */
+template <int BITS, class S, int NM, int NORM, int CPG, int W = MQ_WARPS, int HN = 4>
 static __device__ __forceinline__ void mq_split(const mv_args &a, const float *__restrict__ x, uint32_t *xs)
 {
 	pdl_trigger();
 	constexpr bool I8 = CPG >= 0;
-	__shared__ float red[2][NM][MQ_WARPS][MQ_ROWS];
-	__shared__ float nss[MQ_WARPS];
+	static_assert(CPG < 0 || HN == 4, "h-parts: the f16 loop only");
+	constexpr int HS = 4 / HN; /* units per step */
+	__shared__ float red[2][NM][W][MQ_ROWS];
+	__shared__ float nss[W];
 	constexpr int V = BITS / 4;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
 	const int g = lane >> 2, tig = lane & 3;
 	const int cols = a.cols, nch = cols >> 5, ngp = sb_ngp(cols, a.group);
 	const int cpg_sh = I8 ? CPG : __ffs(a.group >> 5) - 1;
-	const int nsteps = (nch + 15) >> 4;
+	const int nsteps = (nch + 15) >> 4, nunits = nsteps * HS;
 	const size_t row_words = I8 ? (size_t)cols / 8 : (size_t)cols * BITS / 32;
 	const bool bact = (g >> 1) == tig; /* this lane feeds B: chunk tig, part g & 1 */
 	const int part = (g & 1) * 16;
 	const uint8_t *meta = (const uint8_t *)xs + (size_t)nsteps * 16 * MI_REC; /* int8: after the records */
 	const mi_lane<I8 ? CPG : 0> L(lane);
-	mq_regs<V, S::SW> cur, nxt;
+	mq_regs<V, S::SW, HN> cur, nxt;
 	int mi, r0, ra, rb;
 	mq_tile(a, NM, blockIdx.x, mi, r0);
 	ra = min(r0 + g, a.rows[mi] - 1);
 	rb = min(r0 + g + 8, a.rows[mi] - 1);
-	if (wid < nsteps)
-		mq_load<BITS, S>(cur, (const uint4 *)(a.w[mi] + (size_t)ra * row_words),
-				 (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
-				 (size_t)rb * ngp, cpg_sh, wid, tig, nch);
+	if (wid < nunits)
+		mq_load<BITS, S, HN>(cur, (const uint4 *)(a.w[mi] + (size_t)ra * row_words),
+				     (const uint4 *)(a.w[mi] + (size_t)rb * row_words), a.s[mi], (size_t)ra * ngp,
+				     (size_t)rb * ngp, cpg_sh, wid / HS, tig, nch, wid % HS * HN);
 	pdl_wait(); /* x is the predecessor's output */
 	if constexpr (I8) {
 		if (a.pre) { /* x is k_mi_prep's image */
-			mi_copy<NORM>(x, (uint8_t *)xs, nsteps, a.pre, 32 * MQ_WARPS);
+			mi_copy<NORM>(x, (uint8_t *)xs, nsteps, a.pre, 32 * W);
 			asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 		} else {
-			mi_stage<CPG, NORM>(x, a.nw, a.one, a.vec & 2, nch, nsteps, (uint8_t *)xs, nss, 32 * MQ_WARPS);
+			mi_stage<CPG, NORM>(x, a.nw, a.one, a.vec & 2, nch, nsteps, (uint8_t *)xs, nss, 32 * W);
 		}
 	} else {
-		mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss, 32 * MQ_WARPS);
+		mq_stage<BITS, NORM>(x, a.nw, a.one, a.vec & 2, nch, xs, nss, 32 * W);
 	}
 	__syncthreads();
 	const float inv = !NORM ? 1.0f
 			  : I8 && a.pre ? mi_inv((const uint8_t *)xs, nsteps, a.pre, cols, a.eps)
-					: mq_inv(nss, MQ_WARPS, cols, a.eps);
+					: mq_inv(nss, W, cols, a.eps);
 	int it = 0;
 	for (int tile = blockIdx.x; tile < a.tiles; tile += gridDim.x, it ^= 1) {
 		if (tile != (int)blockIdx.x) {
@@ -1496,25 +1553,31 @@ static __device__ __forceinline__ void mq_split(const mv_args &a, const float *_
 			const void *SB = a.s[mm];
 			const size_t ea0 = (size_t)ra * ngp, eb0 = (size_t)rb * ngp;
 			float acc_a = 0.0f, acc_b = 0.0f;
-			if ((tile != (int)blockIdx.x || m) && wid < nsteps)
-				mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, wid, tig, nch);
+			if ((tile != (int)blockIdx.x || m) && wid < nunits)
+				mq_load<BITS, S, HN>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, wid / HS, tig, nch, wid % HS * HN);
 			if (V == 1) { /* two register sets in turn: no copies */
-				for (int st = wid; st < nsteps; st += 2 * MQ_WARPS) {
-					const int s1 = st + MQ_WARPS, s2 = st + 2 * MQ_WARPS;
-					if (s1 < nsteps)
-						mq_load<BITS, S>(nxt, Wa, Wb, SB, ea0, eb0, cpg_sh, s1, tig, nch);
-					mq_step<BITS, S, CPG>(cur, xs, meta, st, tig, nch, bact, part, L, acc_a, acc_b);
-					if (s1 >= nsteps)
+				for (int u = wid; u < nunits; u += 2 * W) {
+					const int u1 = u + W, u2 = u + 2 * W;
+					if (u1 < nunits)
+						mq_load<BITS, S, HN>(nxt, Wa, Wb, SB, ea0, eb0, cpg_sh, u1 / HS, tig, nch,
+								     u1 % HS * HN);
+					mq_step<BITS, S, CPG, HN>(cur, xs, meta, u / HS, u % HS * HN, tig, nch, bact, part, L,
+								  acc_a, acc_b);
+					if (u1 >= nunits)
 						break;
-					if (s2 < nsteps)
-						mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, s2, tig, nch);
-					mq_step<BITS, S, CPG>(nxt, xs, meta, s1, tig, nch, bact, part, L, acc_a, acc_b);
+					if (u2 < nunits)
+						mq_load<BITS, S, HN>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, u2 / HS, tig, nch,
+								     u2 % HS * HN);
+					mq_step<BITS, S, CPG, HN>(nxt, xs, meta, u1 / HS, u1 % HS * HN, tig, nch, bact, part,
+								  L, acc_a, acc_b);
 				}
 			} else {
-				for (int st = wid; st < nsteps; st += MQ_WARPS) {
-					if (st != wid)
-						mq_load<BITS, S>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, st, tig, nch);
-					mq_step<BITS, S, CPG>(cur, xs, meta, st, tig, nch, bact, part, L, acc_a, acc_b);
+				for (int u = wid; u < nunits; u += W) {
+					if (u != wid)
+						mq_load<BITS, S, HN>(cur, Wa, Wb, SB, ea0, eb0, cpg_sh, u / HS, tig, nch,
+								     u % HS * HN);
+					mq_step<BITS, S, CPG, HN>(cur, xs, meta, u / HS, u % HS * HN, tig, nch, bact, part, L,
+								  acc_a, acc_b);
 				}
 			}
 			acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
@@ -1530,15 +1593,15 @@ static __device__ __forceinline__ void mq_split(const mv_args &a, const float *_
 		 * next tile writes red[it ^ 1], and the one after that waits
 		 * for this barrier's successor, so one barrier per tile suffices */
 		__syncthreads();
-		mq_tile_out<NM, NORM, MQ_WARPS>(a, &red[it][0][0][0], MQ_WARPS, mi, r0, tid, inv);
+		mq_tile_out<NM, NORM, W>(a, &red[it][0][0][0], W, mi, r0, tid, inv);
 	}
 }
 
-template <int BITS, class S, int NM, int NORM>
-__global__ void __launch_bounds__(32 * MQ_WARPS, MQ_MINB) k_matvec_mma(mv_args a, const float *__restrict__ x)
+template <int BITS, class S, int NM, int NORM, int W = MQ_WARPS, int HN = 4>
+__global__ void __launch_bounds__(32 * W, W == MQ_WARPS ? MQ_MINB : 1) k_matvec_mma(mv_args a, const float *__restrict__ x)
 {
 	extern __shared__ uint32_t xs[]; /* [nch][MQ_CW] */
-	mq_split<BITS, S, NM, NORM, -1>(a, x, xs);
+	mq_split<BITS, S, NM, NORM, -1, W, HN>(a, x, xs);
 }
 
 /* 4 bits, CPG = log2(group / 32) */
@@ -2659,15 +2722,40 @@ static int g_mi_pdl_add;
 
 /* Launches a split kernel (k_matvec_mma, k_matvec_i8): one block per row
  * tile, or a resident grid when the tiles are many (8 waves or more). */
-static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &a, const float *x, size_t smem)
+static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &a, const float *x, size_t smem,
+			   int W = MQ_WARPS)
 {
 	int occ = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * MQ_WARPS, smem) != cudaSuccess || occ < 1)
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * W, smem) != cudaSuccess || occ < 1)
 		occ = 1;
 	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
-	CK(launch_ex(a.add ? g_pdl_add || (a.pre && g_mi_pdl_add) : g_pdl, kern, dim3(grid), dim3(32 * MQ_WARPS), smem,
-		     a, x));
+	CK(launch_ex(a.add ? g_pdl_add || (a.pre && g_mi_pdl_add) : g_pdl, kern, dim3(grid), dim3(32 * W), smem, a,
+		     x));
 	return 0;
+}
+
+/* The split kernel's 4-bit single-matrix launches with W warps per block
+ * (8 or 16), each warp's unit HN of a step's 4 h, HN the largest that still
+ * gives every warp a unit (at most 4). Run 36: with MQ_WARPS (4) a launch
+ * of one tile per SM runs ~1 warp per scheduler, each waiting on its own
+ * dependent instructions (ncu, run 35); 8 warps (1 block per SM: ~155
+ * registers) cut the 1B down (128 tiles) 8.3 -> 7.3 us as the step
+ * launches it, but launches of more tiles than SMs lose a wave (8B q/k/v,
+ * 384 tiles: 7.8 -> 13.1 us). So the default takes W = 8 for launches of
+ * at most one tile per SM (g_mqw 0); MLXR_CUDA_MQW=4 / 8 / 16 forces W. */
+template <class S, int NORM>
+static int mq_launch_w(const mv_args &a, const float *x, size_t smem, int W)
+{
+	const int nsteps = (a.cols / 32 + 15) / 16;
+	int hs = 1;
+	while (hs < 4 && nsteps * hs < W)
+		hs *= 2;
+	if (W == 8)
+		return hs == 1 ? mq_launch_split(k_matvec_mma<4, S, 1, NORM, 8, 4>, a, x, smem, 8)
+			       : mq_launch_split(k_matvec_mma<4, S, 1, NORM, 8, 2>, a, x, smem, 8);
+	return hs == 1	 ? mq_launch_split(k_matvec_mma<4, S, 1, NORM, 16, 4>, a, x, smem, 16)
+	       : hs == 2 ? mq_launch_split(k_matvec_mma<4, S, 1, NORM, 16, 2>, a, x, smem, 16)
+			 : mq_launch_split(k_matvec_mma<4, S, 1, NORM, 16, 1>, a, x, smem, 16);
 }
 
 /* k_mi_prep for a k_matvec_i8 launch: x (normed: a.nw) into g_mi_x.
@@ -2743,6 +2831,9 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 			return 0;
 		}
 	}
+	if constexpr (BITS == 4 && NM == 1)
+		if (g_mqw > MQ_WARPS || (!g_mqw && a.tiles <= g_sms))
+			return mq_launch_w<S, NORM>(a, x, smem, g_mqw ? g_mqw : 8);
 	return mq_launch_split(k_matvec_mma<BITS, S, NM, NORM>, a, x, smem);
 }
 
@@ -2780,6 +2871,14 @@ static int mq_attr_norm(void)
 	CK(cudaFuncSetAttribute(k_matvec_cp<4, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));
 	CK(cudaFuncSetAttribute(k_matvec_cp<8, S, 1, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));
 	CK(cudaFuncSetAttribute(k_matvec_cp<8, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 8, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 8, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 16, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 16, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 16, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				MQ_SMEM_MAX));
 	return 0;
 }
 
@@ -5012,6 +5111,8 @@ static void as_launch_v(int ver, dim3 grid, const float *q, const float *kcache,
 			float *part, int nh, int nkv, float scale, int window, float softcap, const int *d_pos,
 			const as_rope &rp)
 {
+	(void)carve_once(ver == 2 ? (const void *)k_attn_split<NPL, GP, 2>
+			 : ver == 1 ? (const void *)k_attn_split<NPL, GP, 1> : (const void *)k_attn_split<NPL, GP, 0>);
 	if (ver == 2)
 		k_attn_split<NPL, GP, 2><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv,
 									      scale, window, softcap, d_pos, rp);
@@ -5223,6 +5324,7 @@ extern "C" int kc_argmax(const float *logits, int vocab, int *d_out, int *d_hist
 {
 	int blocks = (vocab + AM_THREADS * 4 - 1) / (AM_THREADS * 4);
 	blocks = blocks < 1 ? 1 : blocks > AM_BLOCKS ? AM_BLOCKS : blocks;
+	CK(carve_once((const void *)k_argmax));
 	k_argmax<<<blocks, AM_THREADS, 0, g_stream>>>(logits, vocab, d_out, d_hist, d_pos);
 	LAUNCHED("k_argmax");
 	return 0;
