@@ -2741,8 +2741,12 @@ static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &
  * dependent instructions (ncu, run 35); 8 warps (1 block per SM: ~155
  * registers) cut the 1B down (128 tiles) 8.3 -> 7.3 us as the step
  * launches it, but launches of more tiles than SMs lose a wave (8B q/k/v,
- * 384 tiles: 7.8 -> 13.1 us). So the default takes W = 8 for launches of
- * at most one tile per SM (g_mqw 0); MLXR_CUDA_MQW=4 / 8 / 16 forces W. */
+ * 384 tiles: 7.8 -> 13.1 us), and capping W = 8 at 128 registers (2
+ * blocks per SM) lost more than it gained (1B 1655 -> 1645, 8B 439 ->
+ * 427 tok/s). So the default (g_mqw 0) takes W = 8 where the launch's
+ * tiles all get a block slot at that kernel's own occupancy (HN = 4: ~155
+ * registers, 1 block per SM; HN = 2: ~121, 2); MLXR_CUDA_MQW=4 / 8 / 16
+ * forces W. */
 template <class S, int NORM>
 static int mq_launch_w(const mv_args &a, const float *x, size_t smem, int W)
 {
@@ -2750,12 +2754,18 @@ static int mq_launch_w(const mv_args &a, const float *x, size_t smem, int W)
 	int hs = 1;
 	while (hs < 4 && nsteps * hs < W)
 		hs *= 2;
-	if (W == 8)
-		return hs == 1 ? mq_launch_split(k_matvec_mma<4, S, 1, NORM, 8, 4>, a, x, smem, 8)
-			       : mq_launch_split(k_matvec_mma<4, S, 1, NORM, 8, 2>, a, x, smem, 8);
-	return hs == 1	 ? mq_launch_split(k_matvec_mma<4, S, 1, NORM, 16, 4>, a, x, smem, 16)
-	       : hs == 2 ? mq_launch_split(k_matvec_mma<4, S, 1, NORM, 16, 2>, a, x, smem, 16)
-			 : mq_launch_split(k_matvec_mma<4, S, 1, NORM, 16, 1>, a, x, smem, 16);
+	void (*kern)(mv_args, const float *) =
+		W == 8	  ? (hs == 1 ? k_matvec_mma<4, S, 1, NORM, 8, 4> : k_matvec_mma<4, S, 1, NORM, 8, 2>)
+		: hs == 1 ? k_matvec_mma<4, S, 1, NORM, 16, 4>
+		: hs == 2 ? k_matvec_mma<4, S, 1, NORM, 16, 2>
+			  : k_matvec_mma<4, S, 1, NORM, 16, 1>;
+	if (!g_mqw) { /* by shape: only where every tile has a block slot (one wave) */
+		int occ = 0;
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * W, smem) != cudaSuccess ||
+		    a.tiles > occ * g_sms)
+			return 1;
+	}
+	return mq_launch_split(kern, a, x, smem, W);
 }
 
 /* k_mi_prep for a k_matvec_i8 launch: x (normed: a.nw) into g_mi_x.
@@ -2832,8 +2842,11 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 		}
 	}
 	if constexpr (BITS == 4 && NM == 1)
-		if (g_mqw > MQ_WARPS || (!g_mqw && a.tiles <= g_sms))
-			return mq_launch_w<S, NORM>(a, x, smem, g_mqw ? g_mqw : 8);
+		if (g_mqw > MQ_WARPS || (!g_mqw && a.tiles <= 3 * g_sms)) {
+			const int rc = mq_launch_w<S, NORM>(a, x, smem, g_mqw ? g_mqw : 8);
+			if (rc <= 0)
+				return rc;
+		}
 	return mq_launch_split(k_matvec_mma<BITS, S, NM, NORM>, a, x, smem);
 }
 
