@@ -223,8 +223,11 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
-def write_tiny_llama(path, dtype=np.float32, seed=0, drop=()):
-    """A 1-layer llama with random f32 weights and a byte-level vocabulary."""
+def write_tiny_llama(path, dtype=np.float32, seed=0, drop=(), token_at=None, merges=None, chat_template=None):
+    """A 1-layer llama with random f32 weights and a byte-level vocabulary.
+    token_at = {index: str or raw bytes} replaces vocabulary entries, merges
+    replaces the merge list (str or raw bytes each), chat_template (str or
+    raw bytes) is stored as tokenizer.chat_template."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "llama")
     H, F, NH = 128, 256, 2
@@ -238,11 +241,15 @@ def write_tiny_llama(path, dtype=np.float32, seed=0, drop=()):
     w.add_rope_freq_base(10000.0)
     b2u = bytes_to_unicode()
     toks = ["<|endoftext|>"] + [b2u[i] for i in range(256)] + ["Ġt", "he", "Ġthe"]
+    for i, t in (token_at or {}).items():
+        toks[i] = t
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(toks)
     w.add_token_types([3] + [1] * (len(toks) - 1))
-    w.add_token_merges(["Ġ t", "h e", "Ġt he"])
+    w.add_token_merges(["Ġ t", "h e", "Ġt he"] if merges is None else merges)
+    if chat_template is not None:
+        w.add_string("tokenizer.chat_template", chat_template)  # add_chat_template takes str only
     w.add_bos_token_id(0)
     w.add_eos_token_id(0)
     V = len(toks)
@@ -462,6 +469,75 @@ def test_malformed_gguf_exits_1_and_leaves_no_directory(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith(f"mlxr: import: {src}: "), r.stderr
     assert want in lines[0], lines[0]
     assert os.listdir(parent) == [], "partial output left behind"
+
+
+# Invalid UTF-8 in tokenizer strings: tokenizer.json and
+# tokenizer_config.json must stay valid UTF-8 (RFC 8259 §8.1), so the import
+# refuses such a file. Each case: the write_tiny_llama arguments with the bad
+# bytes, the same with well-formed bytes in their place, the error.
+BAD_UTF8 = {
+    # a lone 0xFF, still "two tokens separated by one space"
+    "merge_ff": (dict(merges=["Ġ t", b"h\xff e", "Ġt he"]), dict(merges=["Ġ t", b"h\xc3\xa9 e", "Ġt he"]),
+                 "tokenizer.ggml.merges[1] is not valid UTF-8"),
+    # a truncated sequence at the end of the right-hand token
+    "merge_truncated": (dict(merges=["Ġ t", "h e", b"\xc4\xa0t he\xe2\x82"]),
+                        dict(merges=["Ġ t", "h e", b"\xc4\xa0t he\xe2\x82\xac"]),
+                        "tokenizer.ggml.merges[2] is not valid UTF-8"),
+    # overlong "/" (C0 AF), the classic path-traversal spelling
+    "template_overlong": (dict(chat_template=b"{{ messages }}\xc0\xaf"), dict(chat_template=b"{{ messages }}\xc2\xaf"),
+                          "tokenizer.chat_template is not valid UTF-8"),
+    # U+D800 encoded as CESU/WTF-8 (ED A0 80)
+    "template_surrogate": (dict(chat_template=b"{{ messages }}\xed\xa0\x80"),
+                           dict(chat_template=b"{{ messages }}\xed\x9f\xbf"),
+                           "tokenizer.chat_template is not valid UTF-8"),
+    # vocabulary entry 258 ("he"): a stray continuation byte
+    "token_continuation": (dict(token_at={258: b"h\x80e"}), dict(token_at={258: b"h\xc3\xa9"}),
+                           "token 258 is not valid UTF-8"),
+    # entry 259: a lone surrogate
+    "token_surrogate": (dict(token_at={259: b"\xed\xb0\x80"}), dict(token_at={259: b"\xef\xbf\xbd"}),
+                        "token 259 is not valid UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_UTF8))
+def test_invalid_utf8_in_tokenizer_metadata_exits_1_and_leaves_no_directory(tmp_path, case):
+    bad, good, want = BAD_UTF8[case]
+    src = tmp_path / f"{case}.gguf"
+    write_tiny_llama(src, **bad)
+    parent = tmp_path / "out"
+    parent.mkdir()
+    r = run_import("--output", str(parent / "model"), str(src))
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mlxr: import: {src}: "), r.stderr
+    assert want in lines[0], lines[0]
+    assert os.listdir(parent) == [], "partial output left behind"
+
+
+@pytest.mark.parametrize("case", sorted(BAD_UTF8))
+def test_same_file_with_well_formed_utf8_imports(tmp_path, case):
+    """The control for the test above: only the bad bytes differ, and the
+    well-formed ones come through to the JSON files unchanged."""
+    _, good, _ = BAD_UTF8[case]
+    src = tmp_path / f"{case}.gguf"
+    write_tiny_llama(src, **good)
+    out = tmp_path / "out" / "model"
+    r = run_import("--output", str(out), str(src))
+    assert r.returncode == 0, r.stderr
+    # strict decoding: json.load on a text file would raise on invalid UTF-8
+    tj = json.loads((out / "tokenizer.json").read_bytes().decode("utf-8", errors="strict"))
+    tc = json.loads((out / "tokenizer_config.json").read_bytes().decode("utf-8", errors="strict"))
+    for m in good.get("merges", []):
+        m = m.decode() if isinstance(m, bytes) else m
+        assert m.split(" ") in tj["model"]["merges"]
+    if "chat_template" in good:
+        assert tc["chat_template"] == good["chat_template"].decode()
+    b2u = bytes_to_unicode()
+    for i, t in good.get("token_at", {}).items():
+        # kept if already in the byte alphabet, else respelled from its bytes
+        text = t.decode()
+        spelled = text if set(text) <= set(b2u.values()) else "".join(b2u[b] for b in t)
+        assert tj["model"]["vocab"][spelled] == i
 
 
 def test_missing_layer_tensor_is_named(tmp_path):
