@@ -72,6 +72,7 @@ static int g_pdl_add; /* the same for the residual-adding matvecs (MLXR_CUDA_PDL
  * consecutive kernels ask for one L1 / shared split. -1: unset. */
 static int g_carve = -1;
 static int g_mqw; /* MLXR_CUDA_MQW (4, 8, 16; 0: by shape): see mq_launch_w */
+static int g_mqh; /* MLXR_CUDA_MQH=1: no HN = 2 fallback in mq_launch_w (run 36, call 6) */
 static int *g_stage;                      /* [KC_STAGE_SLOTS] pinned host */
 static cudaEvent_t g_stage_ev[KC_STAGE_SLOTS];
 static uint64_t g_path[KC_PATH_COUNT]; /* kc_path_count */
@@ -124,6 +125,8 @@ extern "C" int kc_init(int dev)
 	g_pdl_add = g_pdl && pa && pa[0] == '1';
 	const char *mw = getenv("MLXR_CUDA_MQW");
 	g_mqw = mw && (atoi(mw) == 4 || atoi(mw) == 8 || atoi(mw) == 16) ? atoi(mw) : 0;
+	const char *mh = getenv("MLXR_CUDA_MQH");
+	g_mqh = mh && mh[0] == '1';
 	const char *cv = getenv("MLXR_CUDA_CARVE");
 	g_carve = cv && cv[0] ? atoi(cv) : -1;
 	g_carve = g_carve > 100 ? 100 : g_carve;
@@ -2759,11 +2762,16 @@ static int mq_launch_w(const mv_args &a, const float *x, size_t smem, int W)
 		: hs == 1 ? k_matvec_mma<4, S, 1, NORM, 16, 4>
 		: hs == 2 ? k_matvec_mma<4, S, 1, NORM, 16, 2>
 			  : k_matvec_mma<4, S, 1, NORM, 16, 1>;
-	if (!g_mqw) { /* by shape: only where every tile has a block slot (one wave) */
+	/* by shape: only where every tile has a block slot (one wave); at W = 8
+	 * the HN = 2 kernel (fewer registers) where HN = 4's occupancy is short */
+	for (int k = 0; !g_mqw; k++) {
 		int occ = 0;
-		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * W, smem) != cudaSuccess ||
-		    a.tiles > occ * g_sms)
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * W, smem) == cudaSuccess &&
+		    a.tiles <= occ * g_sms)
+			break;
+		if (k || W != 8 || hs != 1 || g_mqh)
 			return 1;
+		kern = k_matvec_mma<4, S, 1, NORM, 8, 2>;
 	}
 	return mq_launch_split(kern, a, x, smem, W);
 }
