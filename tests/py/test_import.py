@@ -461,6 +461,12 @@ def test_malformed_gguf_exits_1_and_leaves_no_directory(tmp_path, case):
     data, want = HOSTILE[case]
     src = tmp_path / f"{case}.gguf"
     src.write_bytes(data)
+    assert_import_refused(tmp_path, src, want)
+
+
+def assert_import_refused(tmp_path, src, want):
+    """Importing src exits 1 with one line naming src and want, and leaves
+    nothing in the output's parent."""
     parent = tmp_path / "out"
     parent.mkdir()
     r = run_import("--output", str(parent / "model"), str(src))
@@ -504,14 +510,7 @@ def test_invalid_utf8_in_tokenizer_metadata_exits_1_and_leaves_no_directory(tmp_
     bad, good, want = BAD_UTF8[case]
     src = tmp_path / f"{case}.gguf"
     write_tiny_llama(src, **bad)
-    parent = tmp_path / "out"
-    parent.mkdir()
-    r = run_import("--output", str(parent / "model"), str(src))
-    assert r.returncode == 1, (r.returncode, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"mlxr: import: {src}: "), r.stderr
-    assert want in lines[0], lines[0]
-    assert os.listdir(parent) == [], "partial output left behind"
+    assert_import_refused(tmp_path, src, want)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_UTF8))
