@@ -73,6 +73,7 @@ static int g_pdl_add; /* the same for the residual-adding matvecs (MLXR_CUDA_PDL
 static int g_carve = -1;
 static int g_mqw; /* MLXR_CUDA_MQW (4, 8, 16; 0: by shape): see mq_launch_w */
 static int g_mqh; /* MLXR_CUDA_MQH=1: no HN = 2 fallback in mq_launch_w (run 36, call 6) */
+static int g_gluw = -1; /* MLXR_CUDA_GLUW=0|1|2 (-1: by shape): see mq_launch_glu_w */
 static int *g_stage;                      /* [KC_STAGE_SLOTS] pinned host */
 static cudaEvent_t g_stage_ev[KC_STAGE_SLOTS];
 static uint64_t g_path[KC_PATH_COUNT]; /* kc_path_count */
@@ -125,6 +126,8 @@ extern "C" int kc_init(int dev)
 	g_pdl_add = g_pdl && pa && pa[0] == '1';
 	const char *mw = getenv("MLXR_CUDA_MQW");
 	g_mqw = mw && (atoi(mw) == 4 || atoi(mw) == 8 || atoi(mw) == 16) ? atoi(mw) : 0;
+	const char *gw = getenv("MLXR_CUDA_GLUW");
+	g_gluw = gw && gw[0] >= '0' && gw[0] <= '2' ? gw[0] - '0' : -1;
 	const char *mh = getenv("MLXR_CUDA_MQH");
 	g_mqh = mh && mh[0] == '1';
 	const char *cv = getenv("MLXR_CUDA_CARVE");
@@ -2776,6 +2779,26 @@ static int mq_launch_w(const mv_args &a, const float *x, size_t smem, int W)
 	return mq_launch_split(kern, a, x, smem, W);
 }
 
+/* gate/up + GLU on the split kernel at W = 8, HN = 2 (GLUW 1: HN = 4 from
+ * 8 steps), a resident grid (x staged once per block), instead of
+ * k_matvec_cp. Run 36 (call 8, tok/s @16): 1B (2048 columns: 8 units per
+ * tile and matrix, one per warp) 1686-1688 -> 1723-1729; 8B (4096) 447.5
+ * -> 442 at HN = 2, 413 at HN = 4. So the default takes it up to 2048
+ * columns only (g_gluw -1); MLXR_CUDA_GLUW=0 never, =1 / =2 always. */
+template <class S, int NORM>
+static int mq_launch_glu_w(mv_args a, const float *x, size_t smem)
+{
+	const int nsteps = (a.cols / 32 + 15) / 16;
+	void (*kern)(mv_args, const float *) =
+		nsteps >= 8 && g_gluw == 1 ? k_matvec_mma<4, S, 2, NORM, 8, 4> : k_matvec_mma<4, S, 2, NORM, 8, 2>;
+	int occ = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 256, smem) != cudaSuccess || occ < 1)
+		occ = 1;
+	const int grid = a.tiles < occ * g_sms ? a.tiles : occ * g_sms;
+	CK(launch_ex(g_pdl, kern, dim3(grid), dim3(256), smem, a, x));
+	return 0;
+}
+
 /* k_mi_prep for a k_matvec_i8 launch: x (normed: a.nw) into g_mi_x.
  * Returns its block count (the per-block sums, NORM), or -1. */
 template <int CPG, int NORM>
@@ -2819,6 +2842,9 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 {
 	const bool cp_shape = a.tiles * NM >= MQ_CP_MIN && a.tiles * NM < MQ_CP_MAX; /* the default's k_matvec_cp */
 	const int im = g_mv_impl;
+	if constexpr (BITS == 4 && NM == 2)
+		if (cp_shape && (g_gluw > 0 || (g_gluw < 0 && im == 0 && a.cols <= 2048)))
+			return mq_launch_glu_w<S, NORM>(a, x, smem);
 	if (im == 4 || im == 5 || ((im == 0 || im == 7 || im == 9 || im == 10) && cp_shape)) {
 		const int rc = mq_launch_cp<BITS, S, NM, NORM>(a, x, smem);
 		if (rc <= 0)
@@ -2900,6 +2926,8 @@ static int mq_attr_norm(void)
 				MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 16, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 				MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 2, N, 8, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
+	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 2, N, 8, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	return 0;
 }
 

@@ -1235,6 +1235,14 @@ static void test_matvec_impl(const kernel_table *R, int impl)
 	test_linear_glu(R, 32800, 256, 4, 32, KDT_BF16, 0);
 	test_linear_glu(R, 8200, 512, 8, 64, KDT_F32, 1);
 	test_linear_glu(R, 700, 14336, 4, 64, KDT_F16, 0);
+	/* gate/up + GLU in k_matvec_cp's range of at most 2048 columns: the
+	 * default takes the 8-warp split kernel there (mq_launch_glu_w, run
+	 * 36), plain and normed; the 1B shape, and 1600 columns (a partial
+	 * last step) */
+	test_linear_glu(R, 8192, 2048, 4, 64, KDT_BF16, 0);
+	test_linear_glu(R, 8200, 1600, 4, 32, KDT_F16, 1);
+	test_resid_fuse(R, 8192, 2048, 4, 64, KDT_BF16, 1, 3.0f);
+	test_resid_fuse(R, 8200, 1600, 4, 32, KDT_F16, 0, 1.0f);
 	test_resid_fuses(R);
 	test_resid_fuse(R, 100003, 256, 4, 64, KDT_F16, 0, 1.0f);
 	test_resid_fuse(R, 16, 512, 4, 32, KDT_BF16, 1, 2.0f);
