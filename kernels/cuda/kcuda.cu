@@ -2729,12 +2729,12 @@ static int g_mi_pdl_add;
 /* Launches a split kernel (k_matvec_mma, k_matvec_i8): one block per row
  * tile, or a resident grid when the tiles are many (8 waves or more). */
 static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &a, const float *x, size_t smem,
-			   int W = MQ_WARPS)
+			   int W = MQ_WARPS, bool resident = false)
 {
 	int occ = 0;
 	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * W, smem) != cudaSuccess || occ < 1)
 		occ = 1;
-	int cap = occ * g_sms, grid = a.tiles >= 8 * cap ? cap : a.tiles;
+	int cap = occ * g_sms, grid = a.tiles >= (resident ? 1 : 8) * cap ? cap : a.tiles;
 	CK(launch_ex(a.add ? g_pdl_add || (a.pre && g_mi_pdl_add) : g_pdl, kern, dim3(grid), dim3(32 * W), smem, a,
 		     x));
 	return 0;
@@ -2786,17 +2786,12 @@ static int mq_launch_w(const mv_args &a, const float *x, size_t smem, int W)
  * -> 442 at HN = 2, 413 at HN = 4. So the default takes it up to 2048
  * columns only (g_gluw -1); MLXR_CUDA_GLUW=0 never, =1 / =2 always. */
 template <class S, int NORM>
-static int mq_launch_glu_w(mv_args a, const float *x, size_t smem)
+static int mq_launch_glu_w(const mv_args &a, const float *x, size_t smem)
 {
 	const int nsteps = (a.cols / 32 + 15) / 16;
-	void (*kern)(mv_args, const float *) =
-		nsteps >= 8 && g_gluw == 1 ? k_matvec_mma<4, S, 2, NORM, 8, 4> : k_matvec_mma<4, S, 2, NORM, 8, 2>;
-	int occ = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 256, smem) != cudaSuccess || occ < 1)
-		occ = 1;
-	const int grid = a.tiles < occ * g_sms ? a.tiles : occ * g_sms;
-	CK(launch_ex(g_pdl, kern, dim3(grid), dim3(256), smem, a, x));
-	return 0;
+	return mq_launch_split(nsteps >= 8 && g_gluw == 1 ? k_matvec_mma<4, S, 2, NORM, 8, 4>
+						     : k_matvec_mma<4, S, 2, NORM, 8, 2>,
+			       a, x, smem, 8, true);
 }
 
 /* k_mi_prep for a k_matvec_i8 launch: x (normed: a.nw) into g_mi_x.
