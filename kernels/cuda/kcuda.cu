@@ -1496,8 +1496,9 @@ static __device__ __forceinline__ void mq_step(const mq_regs<BITS / 4, S::SW, HN
 		mq_compute<BITS, S, HN>(r, xs, st, tig, nch, bact, part, acc_a, acc_b, h0);
 }
 
-/* W warps per block (MQ_WARPS but in run 36's experiment); HN < 4 (the f16
- * loop only): a warp's unit is HN of a step's 4 h (its chunks 4 h + tig),
+/* W warps per block (MQ_WARPS, or 8 / 16: mq_launch_w, mq_launch_glu_w);
+ * HN < 4 (the f16 loop only): a warp's unit is HN of a step's 4 h (its
+ * chunks 4 h + tig),
  * so that W warps find work where a tile has fewer than W steps. Units
  * u = wid, wid + W, ...: step u / (4 / HN), h0 = (u % (4 / HN)) HN. */
 template <int BITS, class S, int NM, int NORM, int CPG, int W = MQ_WARPS, int HN = 4>
