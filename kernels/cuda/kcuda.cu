@@ -66,12 +66,7 @@ static int g_ready;
 static int g_sms = 132;
 static int g_pdl = 1; /* launch_pdl: see "programmatic dependent launch" */
 static int g_pdl_add; /* the same for the residual-adding matvecs (MLXR_CUDA_PDL_ADD=1; off: run 24) */
-/* MLXR_CUDA_CARVE=N (0..100; experiment, run 36): every kernel launched
- * through launch_ex gets the preferred shared-memory carveout N, and the
- * device's cache preference follows (N >= 50: shared), so that
- * consecutive kernels ask for one L1 / shared split. -1: unset. */
-static int g_carve = -1;
-static int g_mqw; /* MLXR_CUDA_MQW (4, 8, 16; 0: by shape): see mq_launch_w */
+static int g_mqw; /* MLXR_CUDA_MQW (4, 8; 0: by shape): see mq_launch_w */
 static int g_mqh; /* MLXR_CUDA_MQH=1: no HN = 2 fallback in mq_launch_w (run 36, call 6) */
 static int g_gluw = -1; /* MLXR_CUDA_GLUW=0|1|2 (-1: by shape): see mq_launch_glu_w */
 static int *g_stage;                      /* [KC_STAGE_SLOTS] pinned host */
@@ -125,17 +120,12 @@ extern "C" int kc_init(int dev)
 	const char *pa = getenv("MLXR_CUDA_PDL_ADD");
 	g_pdl_add = g_pdl && pa && pa[0] == '1';
 	const char *mw = getenv("MLXR_CUDA_MQW");
-	g_mqw = mw && (atoi(mw) == 4 || atoi(mw) == 8 || atoi(mw) == 16) ? atoi(mw) : 0;
+	g_mqw = mw && (atoi(mw) == 4 || atoi(mw) == 8) ? atoi(mw) : 0;
 	const char *gw = getenv("MLXR_CUDA_GLUW");
 	g_gluw = gw && gw[0] >= '0' && gw[0] <= '2' ? gw[0] - '0' : -1;
 	const char *mh = getenv("MLXR_CUDA_MQH");
 	g_mqh = mh && mh[0] == '1';
-	const char *cv = getenv("MLXR_CUDA_CARVE");
-	g_carve = cv && cv[0] ? atoi(cv) : -1;
-	g_carve = g_carve > 100 ? 100 : g_carve;
 	CK(cudaSetDevice(dev));
-	if (g_carve >= 0)
-		CK(cudaDeviceSetCacheConfig(g_carve >= 50 ? cudaFuncCachePreferShared : cudaFuncCachePreferL1));
 	CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
 	for (int i = 0; i < 8; i++)
 		CK(cudaEventCreate(&g_ev[i]));
@@ -259,22 +249,6 @@ static __device__ __forceinline__ void pdl_wait(void)
 #endif
 }
 
-/* MLXR_CUDA_CARVE's carveout on kernel f, once per kernel (run 36) */
-static cudaError_t carve_once(const void *f)
-{
-	static const void *set[256];
-	static int nset;
-	if (g_carve < 0)
-		return cudaSuccess;
-	for (int i = 0; i < nset; i++)
-		if (set[i] == f)
-			return cudaSuccess;
-	if (nset == 256)
-		return cudaSuccess;
-	set[nset++] = f;
-	return cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout, g_carve);
-}
-
 template <typename... KArgs, typename... Args>
 static cudaError_t launch_ex(int pdl, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, Args... args)
 {
@@ -288,9 +262,6 @@ static cudaError_t launch_ex(int pdl, void (*kern)(KArgs...), dim3 grid, dim3 bl
 	at[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.attrs = at;
 	cfg.numAttrs = pdl ? 1 : 0;
-	const cudaError_t e = carve_once((const void *)kern);
-	if (e != cudaSuccess)
-		return e;
 	return cudaLaunchKernelEx(&cfg, kern, args...);
 }
 
@@ -1496,7 +1467,7 @@ static __device__ __forceinline__ void mq_step(const mq_regs<BITS / 4, S::SW, HN
 		mq_compute<BITS, S, HN>(r, xs, st, tig, nch, bact, part, acc_a, acc_b, h0);
 }
 
-/* W warps per block (MQ_WARPS, or 8 / 16: mq_launch_w, mq_launch_glu_w);
+/* W warps per block (MQ_WARPS, or 8: mq_launch_w, mq_launch_glu_w);
  * HN < 4 (the f16 loop only): a warp's unit is HN of a step's 4 h (its
  * chunks 4 h + tig),
  * so that W warps find work where a tile has fewer than W steps. Units
@@ -2741,43 +2712,37 @@ static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &
 	return 0;
 }
 
-/* The split kernel's 4-bit single-matrix launches with W warps per block
- * (8 or 16), each warp's unit HN of a step's 4 h, HN the largest that still
- * gives every warp a unit (at most 4). Run 36: with MQ_WARPS (4) a launch
+/* The split kernel's 4-bit single-matrix launches with 8 warps per block,
+ * each warp's unit HN of a step's 4 h: HN = 4 from 8 steps per tile, else
+ * 2. Run 36: with MQ_WARPS (4) a launch
  * of one tile per SM runs ~1 warp per scheduler, each waiting on its own
  * dependent instructions (ncu, run 35); 8 warps (1 block per SM: ~155
  * registers) cut the 1B down (128 tiles) 8.3 -> 7.3 us as the step
  * launches it, but launches of more tiles than SMs lose a wave (8B q/k/v,
- * 384 tiles: 7.8 -> 13.1 us), and capping W = 8 at 128 registers (2
+ * 384 tiles: 7.8 -> 13.1 us; forced everywhere: 8B 439 -> 381 tok/s, and
+ * 16 warps 346), and capping W = 8 at 128 registers (2
  * blocks per SM) lost more than it gained (1B 1655 -> 1645, 8B 439 ->
  * 427 tok/s). So the default (g_mqw 0) takes W = 8 where the launch's
  * tiles all get a block slot at that kernel's own occupancy (HN = 4: ~155
- * registers, 1 block per SM; HN = 2: ~121, 2); MLXR_CUDA_MQW=4 / 8 / 16
- * forces W. */
+ * registers, 1 block per SM; HN = 2: ~121, 2); MLXR_CUDA_MQW=4 / 8
+ * forces W. Returns 1 where it declines. */
 template <class S, int NORM>
-static int mq_launch_w(const mv_args &a, const float *x, size_t smem, int W)
+static int mq_launch_w(const mv_args &a, const float *x, size_t smem)
 {
-	const int nsteps = (a.cols / 32 + 15) / 16;
-	int hs = 1;
-	while (hs < 4 && nsteps * hs < W)
-		hs *= 2;
-	void (*kern)(mv_args, const float *) =
-		W == 8	  ? (hs == 1 ? k_matvec_mma<4, S, 1, NORM, 8, 4> : k_matvec_mma<4, S, 1, NORM, 8, 2>)
-		: hs == 1 ? k_matvec_mma<4, S, 1, NORM, 16, 4>
-		: hs == 2 ? k_matvec_mma<4, S, 1, NORM, 16, 2>
-			  : k_matvec_mma<4, S, 1, NORM, 16, 1>;
-	/* by shape: only where every tile has a block slot (one wave); at W = 8
-	 * the HN = 2 kernel (fewer registers) where HN = 4's occupancy is short */
+	const bool whole = (a.cols / 32 + 15) / 16 >= 8; /* HN = 4 gives each of the 8 warps a unit */
+	void (*kern)(mv_args, const float *) = whole ? k_matvec_mma<4, S, 1, NORM, 8, 4> : k_matvec_mma<4, S, 1, NORM, 8, 2>;
+	/* by shape: only where every tile has a block slot (one wave), at HN = 2
+	 * (fewer registers) where HN = 4's occupancy is short */
 	for (int k = 0; !g_mqw; k++) {
 		int occ = 0;
-		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * W, smem) == cudaSuccess &&
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 256, smem) == cudaSuccess &&
 		    a.tiles <= occ * g_sms)
 			break;
-		if (k || W != 8 || hs != 1 || g_mqh)
+		if (k || !whole || g_mqh)
 			return 1;
 		kern = k_matvec_mma<4, S, 1, NORM, 8, 2>;
 	}
-	return mq_launch_split(kern, a, x, smem, W);
+	return mq_launch_split(kern, a, x, smem, 8);
 }
 
 /* gate/up + GLU on the split kernel at W = 8, HN = 2 (GLUW 1: HN = 4 from
@@ -2872,8 +2837,8 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 		}
 	}
 	if constexpr (BITS == 4 && NM == 1)
-		if (g_mqw > MQ_WARPS || (!g_mqw && a.tiles <= 3 * g_sms)) {
-			const int rc = mq_launch_w<S, NORM>(a, x, smem, g_mqw ? g_mqw : 8);
+		if (g_mqw != MQ_WARPS) {
+			const int rc = mq_launch_w<S, NORM>(a, x, smem);
 			if (rc <= 0)
 				return rc;
 		}
@@ -2916,12 +2881,6 @@ static int mq_attr_norm(void)
 	CK(cudaFuncSetAttribute(k_matvec_cp<8, S, 2, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));
 	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 8, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 8, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
-	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 16, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-				MQ_SMEM_MAX));
-	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 16, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-				MQ_SMEM_MAX));
-	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 1, N, 16, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-				MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 2, N, 8, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	CK(cudaFuncSetAttribute(k_matvec_mma<4, S, 2, N, 8, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, MQ_SMEM_MAX));
 	return 0;
@@ -5156,8 +5115,6 @@ static void as_launch_v(int ver, dim3 grid, const float *q, const float *kcache,
 			float *part, int nh, int nkv, float scale, int window, float softcap, const int *d_pos,
 			const as_rope &rp)
 {
-	(void)carve_once(ver == 2 ? (const void *)k_attn_split<NPL, GP, 2>
-			 : ver == 1 ? (const void *)k_attn_split<NPL, GP, 1> : (const void *)k_attn_split<NPL, GP, 0>);
 	if (ver == 2)
 		k_attn_split<NPL, GP, 2><<<grid, 32 * AS_WARPS, 0, g_stream>>>(q, kcache, vcache, out, part, nh, nkv,
 									      scale, window, softcap, d_pos, rp);
@@ -5369,7 +5326,6 @@ extern "C" int kc_argmax(const float *logits, int vocab, int *d_out, int *d_hist
 {
 	int blocks = (vocab + AM_THREADS * 4 - 1) / (AM_THREADS * 4);
 	blocks = blocks < 1 ? 1 : blocks > AM_BLOCKS ? AM_BLOCKS : blocks;
-	CK(carve_once((const void *)k_argmax));
 	k_argmax<<<blocks, AM_THREADS, 0, g_stream>>>(logits, vocab, d_out, d_hist, d_pos);
 	LAUNCHED("k_argmax");
 	return 0;
