@@ -751,15 +751,27 @@ static __device__ __forceinline__ int mq_pair_hi(int j)
 /* f16x2 pair t of word w, as 1 + c/D in each half. 4 bits: word q holds
  * columns 8q..8q+7 (code j at bits 4j); pair t (0..3) = codes (t, t+4).
  * 8 bits: word q holds columns 4q..4q+3; pair t (0..1) = codes (t, t+2). */
+/* (v & M) | O in one LOP3. Written in C, ptxas emits two (each LOP3 takes
+ * one immediate, and it does not move the second constant into a
+ * register): the code conversion below was 3 instructions per f16x2
+ * register instead of 2 (run 37). */
+template <uint32_t M, uint32_t O>
+static __device__ __forceinline__ uint32_t and_or(uint32_t v)
+{
+	uint32_t r;
+	asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(v), "n"(M), "n"(O));
+	return r;
+}
+
 template <int BITS>
 static __device__ __forceinline__ uint32_t mq_a(uint32_t w, int t)
 {
 	if (BITS == 4) {
 		uint32_t v = t == 0 ? w << 6 : t == 1 ? w << 2 : t == 2 ? w >> 2 : w >> 6;
-		return (v & 0x03C003C0u) | 0x3C003C00u;
+		return and_or<0x03C003C0u, 0x3C003C00u>(v);
 	}
 	uint32_t v = t == 0 ? w << 2 : w >> 6;
-	return (v & 0x03FC03FCu) | 0x3C003C00u;
+	return and_or<0x03FC03FCu, 0x3C003C00u>(v);
 }
 
 static __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
@@ -1673,6 +1685,10 @@ static __device__ __forceinline__ void mq_commit(void)
  * one group committed per item, item k has landed (NS uniform). */
 static __device__ __forceinline__ void mq_wait_ring(int ns)
 {
+	if (ns == 2) { /* the default's ring: no jump table per item */
+		asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+		return;
+	}
 	switch (ns) {
 	case 2: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
 	case 3: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
@@ -1710,37 +1726,82 @@ static __device__ __forceinline__ void mq_cur_next(mq_cur &c, int NM, int nsteps
 	}
 }
 
-/* The copies of one item into the stage at shared address dst: codes of
- * the 16 rows (row clamped to the matrix, as mq_load; chunks past the row
- * not copied: mq_compute discards them), then their pairs. */
-template <int BITS, class S>
-static __device__ __forceinline__ void mq_issue(uint32_t dst, const mv_args &a, int NM, const mq_cur &c, int lane,
-						int nch, int ngp, int cpg_sh, size_t row_words)
+/* Where a lane's copies of one item come from, for the issue cursor's
+ * (tile, matrix), at step 0 (mq_src_set, once per tile and matrix; an
+ * item adds its step's offset). Lane L copies code rows ra + 4k (ra =
+ * L >> 3, k < 4), of each the 16-byte units (L & 7) + 8j (j < 2V): every
+ * copy of an item is an immediate offset from one of 4 row pointers, and
+ * of its pair units (u = 32j + L) from one of up to 4 pointers. Run 37:
+ * the first layout (unit i*32 + L: 8 rows per lane) recomputed a clamped
+ * 64-bit row address per copy, ~100 of the ~875 instructions of an item.
+ * Rows past the matrix (the last tile of a matrix whose rows are not a
+ * multiple of 16) are not copied: their stage rows hold stale bytes and
+ * mq_tile_out writes no output for them (each output row of an mma is its
+ * own A row, so nothing else reads them). */
+struct mq_src {
+	const uint8_t *w[4], *p[4];
+	uint32_t ok; /* bits 0..3: code row k inside the matrix; 4..7: pair unit j to copy */
+};
+
+template <class S>
+static __device__ __forceinline__ void mq_src_set(mq_src &s, const mv_args &a, int NM, const mq_cur &c, int lane,
+						  int ngp, int cpg_sh, size_t row_bytes)
 {
-	constexpr int V = BITS / 4;
 	int mi, r0;
 	mq_tile(a, NM, c.tile, mi, r0);
-	const int mm = mi + c.m, rl = a.rows[mi] - 1;
-	const uint32_t *W = a.w[mm] + (size_t)c.st * 64 * V;
+	const int mm = mi + c.m, rows = a.rows[mi];
+	s.ok = 0;
 #pragma unroll
-	for (int i = 0; i < 8 * V; i++) {
-		const int u = i * 32 + lane, r = u / (16 * V), q = u % (16 * V);
-		if (c.st * 16 + q / V < nch)
-			mq_cp16(dst + r * 256 * V + ((q ^ mq_swz<V>(r)) << 4),
-				W + (size_t)min(r0 + r, rl) * row_words + q * 4);
+	for (int k = 0; k < 4; k++) {
+		const int row = r0 + (lane >> 3) + 4 * k;
+		s.ok |= (uint32_t)(row < rows) << k;
+		s.w[k] = (const uint8_t *)a.w[mm] + (size_t)min(row, rows - 1) * row_bytes + (lane & 7) * 16;
 	}
 	const int pu_sh = mq_pu_sh(cpg_sh, S::SW);
-	const char *SB = (const char *)a.s[mm];
-	const uint32_t pdst = dst + 16 * 256 * V;
 #pragma unroll
 	for (int j = 0; j < 4; j++) {
-		const int u = j * 32 + lane;
-		if (u < (16 << pu_sh)) {
-			const int r = u >> pu_sh, k = u & ((1 << pu_sh) - 1);
-			const size_t e = (size_t)min(r0 + r, rl) * ngp + (size_t)c.st * (16 >> cpg_sh);
-			mq_cp16(pdst + u * 16, SB + e * 4 * S::SW + k * 16);
-		}
+		const int u = j * 32 + lane, row = r0 + (u >> pu_sh);
+		s.ok |= (uint32_t)(u < (16 << pu_sh) && row < rows) << (4 + j);
+		s.p[j] = (const uint8_t *)a.s[mm] + (size_t)min(row, rows - 1) * ngp * 4 * S::SW +
+			 (u & ((1 << pu_sh) - 1)) * 16;
 	}
+}
+
+/* To the cursor's next item (mq_cur_next), the sources following it to a
+ * new (tile, matrix). */
+template <class S>
+static __device__ __forceinline__ void mq_adv(mq_cur &c, mq_src &s, const mv_args &a, int NM, int nsteps, int W,
+					      int w, int lane, int ngp, int cpg_sh, size_t row_bytes)
+{
+	const int pi = c.pi;
+	mq_cur_next(c, NM, nsteps, W, w, a.tiles);
+	if (c.pi != pi && c.tile < a.tiles)
+		mq_src_set<S>(s, a, NM, c, lane, ngp, cpg_sh, row_bytes);
+}
+
+/* The copies of one item into the stage at shared address dst: codes of
+ * the 16 rows (chunks past the row not copied: mq_compute discards them),
+ * then their pairs. Stage layout: code row r at r 256 V, its unit q at
+ * (q ^ mq_swz(r)) 16; mq_swz(ra + 4k) = mq_swz(ra) < 8, so a lane's
+ * destinations are immediate offsets too. */
+template <int BITS, class S>
+static __device__ __forceinline__ void mq_issue(uint32_t dst, const mq_src &s, int st, int lane, int nch, int cpg_sh)
+{
+	constexpr int V = BITS / 4;
+	const int ra = lane >> 3, q0 = lane & 7, lim = nch - st * 16; /* chunks of this step inside the row */
+	const uint32_t d0 = dst + ra * 256 * V + ((q0 ^ mq_swz<V>(ra)) << 4);
+	const uint32_t wo = (uint32_t)st * 256 * V, po = (uint32_t)st * (16 >> cpg_sh) * 4 * S::SW;
+#pragma unroll
+	for (int k = 0; k < 4; k++)
+#pragma unroll
+		for (int j = 0; j < 2 * V; j++)
+			if ((s.ok >> k & 1) && (q0 + 8 * j) / V < lim)
+				mq_cp16(d0 + k * 4 * 256 * V + j * 128, s.w[k] + wo + j * 128);
+	const uint32_t pdst = dst + 16 * 256 * V + lane * 16;
+#pragma unroll
+	for (int j = 0; j < 4; j++)
+		if (s.ok >> (4 + j) & 1)
+			mq_cp16(pdst + j * 512, s.p[j] + po);
 }
 
 /* The lane's fragments of one stage (what mq_load puts in registers). */
@@ -1790,15 +1851,19 @@ __global__ void __launch_bounds__(32 * MQ_CP_MAXW) k_matvec_cp(mv_args a, const 
 	float *red = (float *)(mq_smem + (size_t)W * ns * stage); /* red[((it * NM + m) * W + w) * MQ_ROWS + row] */
 	uint32_t *xs = (uint32_t *)(red + 2 * NM * W * MQ_ROWS);
 	/* the first ns - 1 items, before x is ready (they depend on no kernel) */
+	const size_t row_bytes = row_words * 4;
 	mq_cur ic = {(int)blockIdx.x, 0, 0, mq_first(wid, 0, nsteps, W)};
 	if (ic.st >= nsteps) {
 		ic.st -= W;
 		mq_cur_next(ic, NM, nsteps, W, wid, a.tiles);
 	}
+	mq_src sc;
+	if (ic.tile < a.tiles)
+		mq_src_set<S>(sc, a, NM, ic, lane, ngp, cpg_sh, row_bytes);
 	for (int k = 0; k < ns - 1; k++) {
 		if (ic.tile < a.tiles) {
-			mq_issue<BITS, S>(ring_s + k * stage, a, NM, ic, lane, nch, ngp, cpg_sh, row_words);
-			mq_cur_next(ic, NM, nsteps, W, wid, a.tiles);
+			mq_issue<BITS, S>(ring_s + k * stage, sc, ic.st, lane, nch, cpg_sh);
+			mq_adv<S>(ic, sc, a, NM, nsteps, W, wid, lane, ngp, cpg_sh, row_bytes);
 		}
 		mq_commit();
 	}
@@ -1818,8 +1883,8 @@ __global__ void __launch_bounds__(32 * MQ_CP_MAXW) k_matvec_cp(mv_args a, const 
 				mq_wait_ring(ns);
 				__syncwarp(); /* item cs landed for every lane; every lane is done with slot is */
 				if (ic.tile < a.tiles) {
-					mq_issue<BITS, S>(ring_s + is * stage, a, NM, ic, lane, nch, ngp, cpg_sh, row_words);
-					mq_cur_next(ic, NM, nsteps, W, wid, a.tiles);
+					mq_issue<BITS, S>(ring_s + is * stage, sc, ic.st, lane, nch, cpg_sh);
+					mq_adv<S>(ic, sc, a, NM, nsteps, W, wid, lane, ngp, cpg_sh, row_bytes);
 				}
 				mq_commit();
 				is = is + 1 == ns ? 0 : is + 1;
@@ -2122,19 +2187,19 @@ static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *ds
 		for (int j = 0; j < 4; j++)
 #pragma unroll
 			for (int t = 0; t < 4; t++)
-				o[4 * j + t] = ((w[j] >> (4 * t)) & 0x000F000Fu) | M;
+				o[4 * j + t] = and_or<0x000F000Fu, 0x64006400u>(w[j] >> (4 * t));
 	} else if (BITS == 8) {
 #pragma unroll
 		for (int j = 0; j < 8; j++)
 #pragma unroll
 			for (int t = 0; t < 2; t++)
-				o[2 * j + t] = ((w[j] >> (8 * t)) & 0x00FF00FFu) | M;
+				o[2 * j + t] = and_or<0x00FF00FFu, 0x64006400u>(w[j] >> (8 * t));
 	} else if (BITS == 2) {
 #pragma unroll
 		for (int j = 0; j < 2; j++)
 #pragma unroll
 			for (int t = 0; t < 8; t++)
-				o[8 * j + t] = ((w[j] >> (2 * t)) & 0x00030003u) | M;
+				o[8 * j + t] = and_or<0x00030003u, 0x64006400u>(w[j] >> (2 * t));
 	} else {
 #pragma unroll
 		for (int t = 0; t < 16; t++)
