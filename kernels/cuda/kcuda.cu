@@ -65,7 +65,7 @@ static cudaEvent_t g_ev[8];
 static int g_ready;
 static int g_sms = 132;
 static int g_pdl = 1; /* launch_pdl: see "programmatic dependent launch" */
-static int g_pdl_add; /* the same for the residual-adding matvecs (MLXR_CUDA_PDL_ADD=1; off: run 24) */
+static int g_pdl_add = -1; /* the same for the residual-adding matvecs: see mq_pdl (MLXR_CUDA_PDL_ADD=0|1|2) */
 static int g_mqw; /* MLXR_CUDA_MQW (4, 8; 0: by shape): see mq_launch_w */
 static int g_mqh; /* MLXR_CUDA_MQH=1: no HN = 2 fallback in mq_launch_w (run 36, call 6) */
 static int g_gluw = -1; /* MLXR_CUDA_GLUW=0|1|2 (-1: by shape): see mq_launch_glu_w */
@@ -118,7 +118,7 @@ extern "C" int kc_init(int dev)
 	const char *pdl = getenv("MLXR_CUDA_PDL");
 	g_pdl = !(pdl && pdl[0] == '0');
 	const char *pa = getenv("MLXR_CUDA_PDL_ADD");
-	g_pdl_add = g_pdl && pa && pa[0] == '1';
+	g_pdl_add = !g_pdl ? 0 : pa && pa[0] >= '0' && pa[0] <= '2' ? pa[0] - '0' : -1;
 	const char *mw = getenv("MLXR_CUDA_MQW");
 	g_mqw = mw && (atoi(mw) == 4 || atoi(mw) == 8) ? atoi(mw) : 0;
 	const char *gw = getenv("MLXR_CUDA_GLUW");
@@ -2689,6 +2689,35 @@ extern "C" int kc_matvec_impl(int impl)
 	return impl_swap(&g_mv_impl, impl);
 }
 
+/* PDL on an adding k_matvec_i8 behind its k_mi_prep (MLXR_CUDA_MI_PDL=1;
+ * the other adding matvecs stay without it, run 24: see g_pdl_add). Run
+ * 30 (us): o 6.85 -> 5.59 with it, down 16.0 -> 17.6; models under impl 8
+ * 409 -> 411 tok/s (8B @16), within noise. */
+static int g_mi_pdl_add;
+
+/* PDL for this launch (launch_ex). The adding launches (o, down) lost
+ * with it (runs 24, 36: 8B 446 -> 410 tok/s), except the one right after
+ * gate/up + GLU when its tiles take at most one block per SM (run 37,
+ * call 5, tok/s @16: the 1B down, 128 tiles: 1B 1770 -> 1839; the 8B
+ * down, 256 tiles, 8B 499 -> 487). MLXR_CUDA_PDL_ADD: 0 none, 1 every
+ * adding launch, 2 the one after gate/up + GLU whatever its tiles. */
+static int g_prev_glu; /* the previous tensor-core matvec launch was gate/up + GLU (mq_dispatch) */
+static int g_after_glu; /* this one directly follows it */
+
+static int mq_pdl(const mv_args &a)
+{
+	if (!a.add)
+		return g_pdl;
+	if (a.pre && g_mi_pdl_add)
+		return 1;
+	switch (g_pdl_add) {
+	case 0: return 0;
+	case 1: return 1;
+	case 2: return g_after_glu;
+	default: return g_after_glu && a.tiles <= g_sms;
+	}
+}
+
 /* k_matvec_cp for this launch: 1 when it does not fit (x, red and a ring
  * of 2 stages over the shared memory of a block), else 0 (launched) or
  * -1. W = 4 warps per block (8 under kc_matvec_impl(5)); MLXR_CUDA_CP
@@ -2720,7 +2749,7 @@ static int mq_launch_cp(mv_args a, const float *x, size_t xsmem)
 	const size_t smem = fixed + W * ns * stage;
 	a.ns = ns;
 	const int grid = a.tiles < best * g_sms ? a.tiles : best * g_sms;
-	CK(launch_ex(a.add ? g_pdl_add : g_pdl, k_matvec_cp<BITS, S, NM, NORM>, dim3(grid), dim3(32 * W), smem, a,
+	CK(launch_ex(mq_pdl(a), k_matvec_cp<BITS, S, NM, NORM>, dim3(grid), dim3(32 * W), smem, a,
 		     x));
 	return 0;
 }
@@ -2757,11 +2786,6 @@ static void mi_free(void)
 	cudaFree(g_mi_x);
 	g_mi_x = NULL;
 }
-/* PDL on an adding k_matvec_i8 behind its k_mi_prep (MLXR_CUDA_MI_PDL=1;
- * the other adding matvecs stay without it, run 24: see g_pdl_add). Run
- * 30 (us): o 6.85 -> 5.59 with it, down 16.0 -> 17.6; models under impl 8
- * 409 -> 411 tok/s (8B @16), within noise. */
-static int g_mi_pdl_add;
 
 /* Launches a split kernel (k_matvec_mma, k_matvec_i8): one block per row
  * tile, or a resident grid when the tiles are many (8 waves or more). */
@@ -2772,8 +2796,7 @@ static int mq_launch_split(void (*kern)(mv_args, const float *), const mv_args &
 	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * W, smem) != cudaSuccess || occ < 1)
 		occ = 1;
 	int cap = occ * g_sms, grid = a.tiles >= (resident ? 1 : 8) * cap ? cap : a.tiles;
-	CK(launch_ex(a.add ? g_pdl_add || (a.pre && g_mi_pdl_add) : g_pdl, kern, dim3(grid), dim3(32 * W), smem, a,
-		     x));
+	CK(launch_ex(mq_pdl(a), kern, dim3(grid), dim3(32 * W), smem, a, x));
 	return 0;
 }
 
@@ -2896,7 +2919,7 @@ static int mq_launch(const mv_args &a, const float *x, size_t smem)
 									   32 * MQ_WARPS, smem) != cudaSuccess || occ < 1)
 				occ = 1;
 			int need = (a.tiles + MQ_WARPS - 1) / MQ_WARPS, grid = need < occ * g_sms ? need : occ * g_sms;
-			CK(launch_ex(a.add ? g_pdl_add : g_pdl, k_matvec_wt<BITS, S, NM, NORM>, dim3(grid),
+			CK(launch_ex(mq_pdl(a), k_matvec_wt<BITS, S, NM, NORM>, dim3(grid),
 				     dim3(32 * MQ_WARPS), smem, a, x));
 			return 0;
 		}
@@ -2914,6 +2937,8 @@ template <class S>
 static int mq_dispatch(int bits, const mv_args &a, const float *x, int glu)
 {
 	size_t smem = (size_t)(a.cols / 32) * MQ_CW * 4 + 64; /* + the zero B fragment */
+	g_after_glu = g_prev_glu;
+	g_prev_glu = glu;
 	if (a.nw) {
 		if (bits == 4)
 			return glu ? mq_launch<4, S, 2, 1>(a, x, smem) : mq_launch<4, S, 1, 1>(a, x, smem);
