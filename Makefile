@@ -180,8 +180,14 @@ $(BUILD)/cuda-tests/%: $(BUILD)/obj/tests/cuda/%.o $(BUILD)/libmlxr.a $(CUDA_OBJ
 	$(CC) $(CFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmlxr.a $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
 $(BUILD)/cuda-bench: $(BUILD)/obj/bench/cuda_bench.o $(BUILD)/libmlxr.a $(CUDA_OBJ)
 	$(CC) $(CFLAGS) -Wl,--as-needed -o $@ $< $(BUILD)/libmlxr.a $(CUDA_OBJ) $(LDLIBS) $(CUDA_LDLIBS)
+# The weight-read probe (bench/cuda_readprobe.cu: how fast the decode
+# matvec's reads can be by access pattern alone; NOTES run 37). Not in all.
+$(BUILD)/cuda-readprobe: bench/cuda_readprobe.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -o $@ $<
+cuda-readprobe: $(BUILD)/cuda-readprobe
 endif
-.PHONY: cuda-test cuda-bench
+.PHONY: cuda-test cuda-bench cuda-readprobe
 # CUDA_FIXTURES: model directories (with refs/refs.json) for the GPU-vs-CPU greedy check.
 CUDA_FIXTURES ?= $(wildcard $(PYENV)/fixtures/llama-*)
 cuda-test: $(CUDA_BINS)
