@@ -230,7 +230,9 @@ extern "C" int kc_sync(void)
  * with the attribute on both, a chain of four matvecs could launch early
  * (gate/up, down, q/k/v: no plain launch between them any more) and 8B
  * decode ran 365 tok/s against 417 without it on the adding ones (run
- * 24; MLXR_CUDA_PDL_ADD=1 puts it back, for benchmarks).
+ * 24; MLXR_CUDA_PDL_ADD=1 puts it back, for benchmarks). Except the
+ * adding launch right after gate/up + GLU when its tiles take at most one
+ * block per SM (the 1B down; run 37): see mq_pdl.
  * Rejected (run 15): the attribute on every decode kernel (norms, RoPE,
  * attention, merge, argmax, SIMT matvec): 8B decode 320.7 -> 279.9 tok/s,
  * 1B 1039 -> 994 (not analysed; the SIMT matvec's many early blocks,
@@ -2690,7 +2692,7 @@ extern "C" int kc_matvec_impl(int impl)
 }
 
 /* PDL on an adding k_matvec_i8 behind its k_mi_prep (MLXR_CUDA_MI_PDL=1;
- * the other adding matvecs stay without it, run 24: see g_pdl_add). Run
+ * the other adding matvecs: see mq_pdl). Run
  * 30 (us): o 6.85 -> 5.59 with it, down 16.0 -> 17.6; models under impl 8
  * 409 -> 411 tok/s (8B @16), within noise. */
 static int g_mi_pdl_add;
@@ -2700,7 +2702,12 @@ static int g_mi_pdl_add;
  * gate/up + GLU when its tiles take at most one block per SM (run 37,
  * call 5, tok/s @16: the 1B down, 128 tiles: 1B 1770 -> 1839; the 8B
  * down, 256 tiles, 8B 499 -> 487). MLXR_CUDA_PDL_ADD: 0 none, 1 every
- * adding launch, 2 the one after gate/up + GLU whatever its tiles. */
+ * adding launch, 2 the one after gate/up + GLU whatever its tiles; other
+ * values: the default rule. A staged int8 launch (a.pre: k_mi_prep runs
+ * between it and the GLU) keeps its own switch. The flags only choose the
+ * attribute: every matvec kernel waits (pdl_wait) before it reads x or
+ * the residual, so a stale flag (a GLU launch that failed, other kernels
+ * in between) costs speed, never results. */
 static int g_prev_glu; /* the previous tensor-core matvec launch was gate/up + GLU (mq_dispatch) */
 static int g_after_glu; /* this one directly follows it */
 
@@ -2708,8 +2715,8 @@ static int mq_pdl(const mv_args &a)
 {
 	if (!a.add)
 		return g_pdl;
-	if (a.pre && g_mi_pdl_add)
-		return 1;
+	if (a.pre)
+		return g_pdl_add == 1 || g_mi_pdl_add;
 	switch (g_pdl_add) {
 	case 0: return 0;
 	case 1: return 1;
