@@ -28,7 +28,6 @@ __global__ void __launch_bounds__(256) k_probe(const uint4 *__restrict__ p, int 
 {
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, W = blockDim.x >> 5;
 	const int nsteps = rb >> 8, tiles = rows >> 4;
-	const long items = (long)tiles * nsteps;
 	uint32_t acc = 0;
 	if (LAYOUT == L_SEQ) {
 		const long n = (long)rows * rb / 16, stride = (long)gridDim.x * blockDim.x;
@@ -47,7 +46,6 @@ __global__ void __launch_bounds__(256) k_probe(const uint4 *__restrict__ p, int 
 	} else {
 		/* the block's items: tile b, b + grid, ...; its warps take steps w, w + W, ... */
 		long it = 0;
-		const long per_tile = nsteps;
 		for (;;) {
 			uint4 v[U][8];
 			int got = 0;
@@ -70,7 +68,7 @@ __global__ void __launch_bounds__(256) k_probe(const uint4 *__restrict__ p, int 
 					if (LAYOUT == L_ROW)
 						off = ((size_t)(tile * 16 + r) * rb + (size_t)st * 256) / 16 + q;
 					else
-						off = ((size_t)(tile * per_tile + st) * 4096 + r * 256) / 16 + q;
+						off = ((size_t)(tile * nsteps + st) * 4096 + r * 256) / 16 + q;
 					v[u][j] = __ldcs(p + off);
 				}
 			}
@@ -84,7 +82,6 @@ __global__ void __launch_bounds__(256) k_probe(const uint4 *__restrict__ p, int 
 				break;
 			it += U;
 		}
-		(void)items;
 	}
 	if (acc == 0x9e3779b9u)
 		out[0] = acc;

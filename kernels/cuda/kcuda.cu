@@ -750,9 +750,6 @@ static __device__ __forceinline__ int mq_pair_hi(int j)
 	return BITS == 4 ? j + 4 : 4 * (j >> 1) + (j & 1) + 2;
 }
 
-/* f16x2 pair t of word w, as 1 + c/D in each half. 4 bits: word q holds
- * columns 8q..8q+7 (code j at bits 4j); pair t (0..3) = codes (t, t+4).
- * 8 bits: word q holds columns 4q..4q+3; pair t (0..1) = codes (t, t+2). */
 /* (v & M) | O in one LOP3. Written in C, ptxas emits two (each LOP3 takes
  * one immediate, and it does not move the second constant into a
  * register): the code conversion below was 3 instructions per f16x2
@@ -765,6 +762,9 @@ static __device__ __forceinline__ uint32_t and_or(uint32_t v)
 	return r;
 }
 
+/* f16x2 pair t of word w, as 1 + c/D in each half. 4 bits: word q holds
+ * columns 8q..8q+7 (code j at bits 4j); pair t (0..3) = codes (t, t+4).
+ * 8 bits: word q holds columns 4q..4q+3; pair t (0..1) = codes (t, t+2). */
 template <int BITS>
 static __device__ __forceinline__ uint32_t mq_a(uint32_t w, int t)
 {
@@ -1692,7 +1692,6 @@ static __device__ __forceinline__ void mq_wait_ring(int ns)
 		return;
 	}
 	switch (ns) {
-	case 2: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
 	case 3: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
 	case 4: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
 	case 5: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
@@ -2165,7 +2164,7 @@ static __device__ __forceinline__ uint32_t tg_int_pair(uint32_t v)
 template <int BITS, bool WS = false>
 static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *dst, uint32_t s2 = 0, uint32_t b2 = 0)
 {
-	const uint32_t M = 0x64006400u;
+	constexpr uint32_t M = 0x64006400u;
 	uint32_t w[BITS], o[16];
 	if (BITS % 4 == 0) {
 #pragma unroll
@@ -2189,19 +2188,19 @@ static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *ds
 		for (int j = 0; j < 4; j++)
 #pragma unroll
 			for (int t = 0; t < 4; t++)
-				o[4 * j + t] = and_or<0x000F000Fu, 0x64006400u>(w[j] >> (4 * t));
+				o[4 * j + t] = and_or<0x000F000Fu, M>(w[j] >> (4 * t));
 	} else if (BITS == 8) {
 #pragma unroll
 		for (int j = 0; j < 8; j++)
 #pragma unroll
 			for (int t = 0; t < 2; t++)
-				o[2 * j + t] = and_or<0x00FF00FFu, 0x64006400u>(w[j] >> (8 * t));
+				o[2 * j + t] = and_or<0x00FF00FFu, M>(w[j] >> (8 * t));
 	} else if (BITS == 2) {
 #pragma unroll
 		for (int j = 0; j < 2; j++)
 #pragma unroll
 			for (int t = 0; t < 8; t++)
-				o[8 * j + t] = and_or<0x00030003u, 0x64006400u>(w[j] >> (2 * t));
+				o[8 * j + t] = and_or<0x00030003u, M>(w[j] >> (2 * t));
 	} else {
 #pragma unroll
 		for (int t = 0; t < 16; t++)
