@@ -597,6 +597,19 @@ int main(int argc, char **argv)
 	if ((mv_only || gemm || att) && !nmodels)
 		return 0;
 	impls_from_env(); /* the models under other kernel variants (tests/cuda/impl_env.h) */
+	/* MLXR_BENCH_SKIP=mask: decode steps without these phases (GPU_SKIP_*:
+	 * 1 q/k/v, 2 attention, 4 o, 8 gate/up + GLU, 16 down, 32 lm_head), so
+	 * that the step time less a phase's is its cost in context; the
+	 * decode figures are then not a model's */
+	const char *skip = getenv("MLXR_BENCH_SKIP");
+	if (skip && *skip) {
+		char *end;
+		long m = strtol(skip, &end, 0);
+		if (*end || m < 0 || m > 63)
+			die("MLXR_BENCH_SKIP: a mask of 0..63");
+		gpu_forward_skip((int)m);
+		printf("decode steps without phases %ld (MLXR_BENCH_SKIP)\n", m);
+	}
 	result res[3];
 	int done[3] = {0, 0, 0};
 	for (int k = 0; k < 3; k++) {

@@ -287,6 +287,20 @@ static int residual_step(const gpu_model *g, gpu_state *s, const kq_matrix *P, c
 	return kc_add_rmsnorm(s->x, s->tmp, post_w, cons ? NULL : w, n, H, c->eps, one, s->xb);
 }
 
+/* Benchmarks only (gpu_forward_skip, cuda-bench's MLXR_BENCH_SKIP): the
+ * decode step's launches of the phases whose GPU_SKIP_* bit is set are
+ * left out, so the step's time less a phase's is that phase's cost in
+ * context (its own time and its transitions). Results are garbage then;
+ * the worker never sets it. */
+static int g_skip;
+
+int gpu_forward_skip(int mask)
+{
+	int old = g_skip;
+	g_skip = mask;
+	return old;
+}
+
 /* Queues the pass for n tokens whose ids are in device memory at positions
  * *d_pos.. (all positions read on the device), and *d_pos += n. */
 static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int n, int all_logits)
@@ -309,7 +323,9 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 		const kc_norm an = {L->attn_norm, c->eps, one}, fn = {L->ffn_norm, c->eps, one};
 		const int gn = glu_norms(g, l, n);
 		/* attention block: qn says whether q/k/v norms x (else xb holds it) */
-		if (c->fused_qkv) {
+		const int sk = n == 1 ? g_skip : 0;
+		if (sk & GPU_SKIP_QKV) {
+		} else if (c->fused_qkv) {
 			const kq_matrix *ms[1] = {&L->q};
 			float *ys[1] = {s->fused};
 			if (qn ? kc_linear_multi_norm(1, ms, s->x, &an, NULL, ys)
@@ -334,17 +350,18 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 				return -1;
 		}
 		/* q/k norm, RoPE, KV append, attention: one launch when decoding */
-		if (kc_qk_rope_attention(q, k, v, n, nh, nkv, hd, c->rot_dim, s->d_pos, inv_freq, c->rope_mscale,
+		if (!(sk & GPU_SKIP_ATT) && kc_qk_rope_attention(q, k, v, n, nh, nkv, hd, c->rot_dim, s->d_pos, inv_freq, c->rope_mscale,
 					 c->qk_norm ? L->q_norm : NULL, c->qk_norm ? L->k_norm : NULL, c->eps, one, kc,
 					 vc, s->att, c->attn_scale, c->sliding[l] ? c->window : 0, c->attn_softcap,
 					 s->ctx, s->att_scratch))
 			return -1;
-		if (residual_step(g, s, &L->o, s->att, L->o_bias, c->sandwich ? L->post_attn_norm : NULL, L->ffn_norm,
+		if (!(sk & GPU_SKIP_O) && residual_step(g, s, &L->o, s->att, L->o_bias, c->sandwich ? L->post_attn_norm : NULL, L->ffn_norm,
 				  n, gn))
 			return -1;
 		/* feed-forward block: gn says whether gate/up norms x */
 		float *gt = s->gate, *up = s->up;
-		if (c->fused_qkv) {
+		if (sk & GPU_SKIP_GLU) {
+		} else if (c->fused_qkv) {
 			const kq_matrix *ms[1] = {&L->gate};
 			float *ys[1] = {s->fused};
 			if (gn ? kc_linear_multi_norm(1, ms, s->x, &fn, NULL, ys)
@@ -366,12 +383,13 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 		/* residual + the next layer's attention norm (or nothing after the last) */
 		const float *next = l + 1 < c->n_layers ? g->layers[l + 1].attn_norm : NULL;
 		qn = next && qkv_norms(g, l + 1, n);
-		if (residual_step(g, s, &L->down, gt, NULL, c->sandwich ? L->post_ffn_norm : NULL, next, n, qn))
+		if (!(sk & GPU_SKIP_DOWN) && residual_step(g, s, &L->down, gt, NULL, c->sandwich ? L->post_ffn_norm : NULL, next, n, qn))
 			return -1;
 	}
 	int first = all_logits ? 0 : n - 1, nout = n - first;
 	const kq_matrix *lm[1] = {&g->lm_head};
-	if (nout == 1 && fuse_on(c, n) && kc_fuse_ok(1, lm, KC_FUSE_NORM)) {
+	if (n == 1 && (g_skip & GPU_SKIP_LM)) {
+	} else if (nout == 1 && fuse_on(c, n) && kc_fuse_ok(1, lm, KC_FUSE_NORM)) {
 		const kc_norm fin = {g->final_norm, c->eps, one};
 		float *ys[1] = {s->logits};
 		if (kc_linear_multi_norm(1, lm, s->x + (size_t)first * H, &fin, NULL, ys))

@@ -62,6 +62,11 @@ int gpu_model_random(gpu_model *g, const model_config *cfg, int bits, int group_
 		     size_t errlen);
 void gpu_model_free(gpu_model *g);
 
+/* Benchmarks only: leave the decode step's (n == 1) launches of these
+ * phases out (garbage results; see forward_cuda.c). Returns the old mask. */
+enum { GPU_SKIP_QKV = 1, GPU_SKIP_ATT = 2, GPU_SKIP_O = 4, GPU_SKIP_GLU = 8, GPU_SKIP_DOWN = 16, GPU_SKIP_LM = 32 };
+int gpu_forward_skip(int mask);
+
 int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch);
 void gpu_state_free(gpu_state *s);
 /* Drops the cache (next forward starts at position 0). */
