@@ -7,7 +7,10 @@
  * scales, made on the device (no files). Reports, per model:
  *   prefill tok/s for 512 and 4096 prompt tokens (one forward call each);
  *   decode tok/s at a short context (after 16 tokens) and at 4K (after the
- *     4096-token prefill), greedy, the captured step replayed;
+ *     4096-token prefill), greedy, the captured step replayed; and at the
+ *     short context sampled on the device (mlxr run's defaults: T 0.8,
+ *     top-k 40, top-p 0.9, repeat penalty 1.1; and the API's: T 1, no
+ *     truncation), the pick captured with the step, as the worker runs it;
  *   the bandwidth bound: measured device read bandwidth / bytes one decode
  *     step must read (weights + the K/V rows in the cache, f32), and decode
  *     as a fraction of it.
@@ -54,6 +57,7 @@
 #include <string.h>
 
 #include "tests/cuda/impl_env.h"
+#include "kernels/cuda/ksample.h"
 #include "worker/forward_cuda.h"
 
 typedef struct {
@@ -82,6 +86,7 @@ static int cmp_d(const void *a, const void *b)
 
 typedef struct {
 	double pf512, pf4k, dec_short, dec_4k, bound_short, bound_4k;
+	double dec_k40, dec_all; /* sampled decode at the short context: Ollama's and OpenAI's defaults */
 	double gb;
 } result;
 
@@ -110,6 +115,39 @@ static double time_decode(const gpu_model *g, gpu_state *s, int steps, int *out)
 	}
 	qsort(ts, 3, sizeof(double), cmp_d);
 	return steps / ts[1];
+}
+
+typedef struct {
+	ks_sampler *ks;
+	gpu_state *s;
+} pick_arg;
+
+/* the step's pick: the device sampler, as worker/session_cuda.c's */
+static int bench_pick(void *arg)
+{
+	const pick_arg *a = arg;
+	return ks_sample_queue(a->ks, a->s->logits, a->s->d_pos, a->s->d_hist, a->s->d_next, 0);
+}
+
+/* Sampled decode as the worker runs it: the step with the device sampler's
+ * pick captured once (gpu_token_queue), two steps in flight, each token
+ * read back behind them. tok/s over `steps` steps. */
+static double time_decode_sampled(const gpu_model *g, gpu_state *s, ks_sampler *ks, const ks_params *kp, int steps)
+{
+	pick_arg a = {ks, s};
+	kc_graph *gr = NULL;
+	int tok;
+	if (ks_set(ks, kp) || ks_sample(ks, s->logits, s->d_pos, s->d_hist, s->d_next, 0) ||
+	    gpu_token_queue(g, s, &gr, bench_pick, &a) || gpu_greedy_token(s, s->pos - 1, &tok))
+		die("sampled decode set-up");
+	kc_timer_mark(2);
+	for (int i = 0; i < steps; i++)
+		if (gpu_token_queue(g, s, &gr, bench_pick, &a) || (i >= 2 && gpu_greedy_token(s, s->pos - 3, &tok)))
+			die("sampled decode");
+	kc_timer_mark(3);
+	double t = kc_timer_elapsed(2, 3);
+	kc_graph_free(gr);
+	return steps / t;
 }
 
 static int g_prof; /* "prof": profile one decode step of each model named */
@@ -158,6 +196,17 @@ static void run(const shape *sh, double bw, result *r)
 	if (gpu_forward(&g, &s, ids, 16, 0) || gpu_decode_greedy(&g, &s, 4, out))
 		die("decode warm-up");
 	r->dec_short = time_decode(&g, &s, DEC, out);
+	if (!g_prof) { /* sampled, as `mlxr run` (top-k 40 ...) and the API (no truncation) default */
+		ks_sampler ks;
+		if (ks_init(&ks, sh->vocab))
+			die("sampler");
+		const ks_params k40 = {.mode = KS_TOPK, .top_k = 40, .temperature = 0.8f, .top_p = 0.9f, .penalize = 1,
+				       .repeat_last_n = 64, .repeat_penalty = 1.1f, .rng = 12345};
+		const ks_params all = {.mode = KS_ALL, .temperature = 1.0f, .rng = 6789};
+		r->dec_k40 = time_decode_sampled(&g, &s, &ks, &k40, DEC);
+		r->dec_all = time_decode_sampled(&g, &s, &ks, &all, DEC);
+		ks_free(&ks);
+	}
 	if (g_prof == 1) { /* one decode step, kernels launched one by one, for ncu --profile-from-start off */
 		int tok = 1;
 		if (kc_profile(1) || gpu_forward(&g, &s, &tok, 1, 0) || kc_profile(0))
@@ -623,13 +672,15 @@ int main(int argc, char **argv)
 		done[k] = 1;
 		fprintf(stderr, "%s done\n", shapes[k].name);
 	}
-	printf("\n%-14s %7s %9s %9s %9s %7s %9s %7s\n", "model q4g64", "GB/tok", "pf512", "pf4096", "dec@16", "%bound",
-	       "dec@4K", "%bound");
+	printf("\n%-14s %7s %9s %9s %9s %7s %9s %7s %9s %9s\n", "model q4g64", "GB/tok", "pf512", "pf4096", "dec@16", "%bound",
+	       "dec@4K", "%bound", "k40@16", "all@16");
 	for (int k = 0; k < 3; k++)
 		if (done[k])
-			printf("%-14s %7.2f %9.0f %9.0f %9.1f %6.0f%% %9.1f %6.0f%%\n", shapes[k].name, res[k].gb,
+			printf("%-14s %7.2f %9.0f %9.0f %9.1f %6.0f%% %9.1f %6.0f%% %9.1f %9.1f\n", shapes[k].name, res[k].gb,
 			       res[k].pf512, res[k].pf4k, res[k].dec_short, 100 * res[k].dec_short / res[k].bound_short,
-			       res[k].dec_4k, 100 * res[k].dec_4k / res[k].bound_4k);
-	printf("(tok/s; decode greedy with the step as a CUDA graph; bound = read bandwidth / (weights + f32 KV read per token))\n");
+			       res[k].dec_4k, 100 * res[k].dec_4k / res[k].bound_4k, res[k].dec_k40, res[k].dec_all);
+	printf("(tok/s; decode greedy with the step as a CUDA graph; bound = read bandwidth / (weights + f32 KV read per token);\n"
+	       " k40: sampled on the device with T 0.8, top-k 40, top-p 0.9, repeat penalty 1.1 over 64 (mlxr run's defaults);\n"
+	       " all: T 1, no truncation (the API's defaults), the pick and the step captured as one graph)\n");
 	return 0;
 }

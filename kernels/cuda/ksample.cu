@@ -14,6 +14,22 @@ extern "C" {
 #define KS_THREADS 1024
 #define KS_SORT 4096 /* >= KS_MAX_K + KS_TIES, a power of two */
 #define KS_U 8       /* loads in flight per thread in the passes over the vocabulary */
+/* k_sample_part: one block per KS_SLICE entries of the vocabulary */
+#define KS_SLICE 2048
+
+static __host__ __device__ __forceinline__ int ks_parts(int V)
+{
+	return (V + KS_SLICE - 1) / KS_SLICE;
+}
+
+/* The multi-block top-k (run 38): every slice's own k best, then the best
+ * k of those, where they fit one sort (parts x k <= KS_SORT: k <= 65 on
+ * the Llama 3 vocabulary, 54 on Qwen's); the same condition on both
+ * kernels' sides, from the parameters in device memory. */
+static __device__ __forceinline__ bool ks_split_topk(const ks_params &p, int V)
+{
+	return p.mode == KS_TOPK && ks_parts(V) * p.top_k <= KS_SORT;
+}
 
 static char g_err[256];
 
@@ -100,8 +116,84 @@ static __device__ void small_cum(const float *w, float *cum, int n, float *S)
 	__syncthreads();
 }
 
+/* a[0..sz) sorted descending in place (sz a power of two; the whole block) */
+static __device__ void bitonic_desc(uint64_t *a, int sz)
+{
+	const int tid = threadIdx.x, bd = blockDim.x;
+	for (int k2 = 2; k2 <= sz; k2 <<= 1)
+		for (int j = k2 >> 1; j > 0; j >>= 1) {
+			for (int i = tid; i < sz; i += bd) {
+				int ixj = i ^ j;
+				if (ixj > i) {
+					uint64_t a0 = a[i], b0 = a[ixj];
+					if ((i & k2) == 0 ? a0 < b0 : a0 > b0) {
+						a[i] = b0;
+						a[ixj] = a0;
+					}
+				}
+			}
+			__syncthreads();
+		}
+}
+
+/* One block per KS_SLICE entries of the vocabulary, before k_sample:
+ * (1) the penalties of the ids in its slice: counts of the window
+ * hist[*d_pos - repeat_last_n .. *d_pos) in shared memory, each distinct
+ * id penalised once with its count (as sampler.c; the slices partition
+ * the ids, so every id is penalised once in all); (2) where ks_split_topk,
+ * the slice's k best candidate words (key desc, index asc: the order the
+ * top-k is defined by, so the best k of the union are the vocabulary's)
+ * to cands[blockIdx.x * k ..], padded with 0 (below every real word). */
+__global__ void __launch_bounds__(KS_THREADS) k_sample_part(const ks_params *P, float *l, int V, const int *d_pos,
+							    const int *hist, uint64_t *cands, int dry)
+{
+	__shared__ ks_params p;
+	__shared__ unsigned scnt[KS_SLICE];
+	__shared__ uint64_t cw[KS_SLICE];
+	const int tid = threadIdx.x, bd = blockDim.x;
+	const int lo = blockIdx.x * KS_SLICE, hi = min(V, lo + KS_SLICE);
+	if (dry)
+		return;
+	if (tid == 0)
+		p = *P;
+	__syncthreads();
+	if (p.penalize) {
+		const int pos = *d_pos, start = pos > p.repeat_last_n ? pos - p.repeat_last_n : 0;
+		for (int i = tid; i < KS_SLICE; i += bd)
+			scnt[i] = 0;
+		__syncthreads();
+		for (int i = start + tid; i < pos; i += bd) {
+			int t = hist[i];
+			if (t >= lo && t < hi)
+				atomicAdd(&scnt[t - lo], 1u);
+		}
+		__syncthreads();
+		for (int i = start + tid; i < pos; i += bd) {
+			int t = hist[i];
+			if (t < lo || t >= hi)
+				continue;
+			unsigned c = atomicExch(&scnt[t - lo], 0u);
+			if (c > 0)
+				l[t] = sm_penalize(l[t], (int)c, p.repeat_penalty, p.presence_penalty, p.frequency_penalty);
+		}
+		__syncthreads(); /* the penalised logits, before the candidates read them */
+	}
+	if (!ks_split_topk(p, V))
+		return;
+	int sz = 2;
+	while (sz < hi - lo)
+		sz <<= 1;
+	for (int i = tid; i < sz; i += bd)
+		cw[i] = lo + i < hi ? cand_of(sm_key(l[lo + i]), lo + i) : 0;
+	__syncthreads();
+	bitonic_desc(cw, sz);
+	const int k = p.top_k;
+	for (int i = tid; i < k; i += bd)
+		cands[(size_t)blockIdx.x * k + i] = i < sz ? cw[i] : 0;
+}
+
 __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, int V, const int *d_pos, int *hist,
-						       int *next, int *cnt, float *wbuf, int dry)
+						       int *next, const uint64_t *cands, float *wbuf, int dry)
 {
 	__shared__ ks_params p;
 	__shared__ uint64_t cand[KS_SORT];
@@ -123,30 +215,23 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 	}
 	__syncthreads();
 	const int pos = *d_pos;
-	/* ---- penalties: counts of the window, then each distinct id once ---- */
-	if (p.penalize) {
-		int start = pos > p.repeat_last_n ? pos - p.repeat_last_n : 0;
-		for (int i = start + tid; i < pos; i += bd) {
-			int t = hist[i];
-			if (t >= 0 && t < V)
-				atomicAdd(&cnt[t], 1);
-		}
-		__syncthreads();
-		for (int i = start + tid; i < pos; i += bd) {
-			int t = hist[i];
-			if (t < 0 || t >= V)
-				continue;
-			int c = atomicExch(&cnt[t], 0);
-			if (c > 0)
-				l[t] = sm_penalize(l[t], c, p.repeat_penalty, p.presence_penalty, p.frequency_penalty);
-		}
-		__syncthreads();
-	}
+	/* the penalties: k_sample_part, before this kernel */
 	int tok;
 	if (p.mode == KS_GREEDY) {
 		tok = cand_idx(block_argmax(l, V, red));
 	} else if (p.mode == KS_TOPK) {
 		const int k = p.top_k;
+		if (ks_split_topk(p, V)) {
+			/* ---- the best k of the slices' best k (k_sample_part) ---- */
+			const int n = ks_parts(V) * k;
+			int sz = 2;
+			while (sz < n)
+				sz <<= 1;
+			for (int i = tid; i < sz; i += bd)
+				cand[i] = i < n ? cands[i] : 0;
+			__syncthreads();
+			bitonic_desc(cand, sz);
+		} else {
 		/* ---- radix select of the k-th largest key ---- */
 		uint32_t prefix = 0, mask = 0;
 		int need = k; /* how many of the keys matching prefix are still to take */
@@ -270,21 +355,8 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 		for (int i = n + tid; i < sz; i += bd)
 			cand[i] = 0;
 		__syncthreads();
-		/* ---- bitonic sort, descending ---- */
-		for (int k2 = 2; k2 <= sz; k2 <<= 1)
-			for (int j = k2 >> 1; j > 0; j >>= 1) {
-				for (int i = tid; i < sz; i += bd) {
-					int ixj = i ^ j;
-					if (ixj > i) {
-						uint64_t a = cand[i], b = cand[ixj];
-						if ((i & k2) == 0 ? a < b : a > b) {
-							cand[i] = b;
-							cand[ixj] = a;
-						}
-					}
-				}
-				__syncthreads();
-			}
+		bitonic_desc(cand, sz);
+		}
 		/* ---- weights, sums, top-p, min-p, draw over the k ---- */
 		const float mx = l[cand_idx(cand[0])];
 		for (int i = tid; i < k; i += bd)
@@ -401,13 +473,12 @@ extern "C" int ks_init(ks_sampler *k, int vocab)
 	k->vocab = vocab;
 	cudaStream_t st = (cudaStream_t)kc_stream();
 	if (cudaMalloc(&k->d_params, sizeof(ks_params)) != cudaSuccess ||
-	    cudaMalloc(&k->d_count, sizeof(int) * (size_t)vocab) != cudaSuccess ||
+	    cudaMalloc(&k->d_cand, sizeof(uint64_t) * KS_SORT) != cudaSuccess ||
 	    cudaMalloc(&k->d_w, sizeof(float) * (size_t)vocab) != cudaSuccess) {
 		fail("cudaMalloc", cudaGetLastError());
 		ks_free(k);
 		return -1;
 	}
-	CK(cudaMemsetAsync(k->d_count, 0, sizeof(int) * (size_t)vocab, st));
 	CK(cudaStreamSynchronize(st));
 	return 0;
 }
@@ -415,7 +486,7 @@ extern "C" int ks_init(ks_sampler *k, int vocab)
 extern "C" void ks_free(ks_sampler *k)
 {
 	cudaFree(k->d_params);
-	cudaFree(k->d_count);
+	cudaFree(k->d_cand);
 	cudaFree(k->d_w);
 	memset(k, 0, sizeof(*k));
 }
@@ -448,8 +519,12 @@ extern "C" int ks_get_rng(ks_sampler *k, uint64_t *rng)
 
 extern "C" int ks_sample_queue(ks_sampler *k, float *logits, const int *d_pos, int *d_hist, int *d_next, int dry)
 {
-	k_sample<<<1, KS_THREADS, 0, (cudaStream_t)kc_stream()>>>(k->d_params, logits, k->vocab, d_pos, d_hist, d_next,
-								   k->d_count, k->d_w, dry);
+	cudaStream_t st = (cudaStream_t)kc_stream();
+	k_sample_part<<<ks_parts(k->vocab), KS_THREADS, 0, st>>>(k->d_params, logits, k->vocab, d_pos, d_hist,
+								  k->d_cand, dry);
+	CK(cudaGetLastError());
+	k_sample<<<1, KS_THREADS, 0, st>>>(k->d_params, logits, k->vocab, d_pos, d_hist, d_next, k->d_cand, k->d_w,
+					    dry);
 	CK(cudaGetLastError());
 	return 0;
 }

@@ -4,14 +4,22 @@
  * gives for the same logits, history and state (the arithmetic is
  * worker/sample_math.h, compiled on both sides).
  *
- * One kernel, one block of 1024 threads:
+ * Two kernels. k_sample_part, one block per 2048 entries of the
+ * vocabulary:
  * - penalties from the device-side history hist[*d_pos - repeat_last_n ..
  *   *d_pos) (prompt ids uploaded by the caller, generated ids written by
- *   the kernel itself): counts in a [vocab] array that the kernel leaves
- *   zero again, each distinct id penalised once;
+ *   k_sample itself): each block counts the ids of its slice in shared
+ *   memory, each distinct id penalised once;
+ * - top-k where (vocab / 2048) x k <= 4096 (k <= 65 on a 128,256 vocabulary,
+ *   e.g. Ollama's default 40): the slice's k best (key desc, index asc) by
+ *   a bitonic sort in shared memory.
+ * Then k_sample, one block of 1024 threads:
  * - greedy (sampler_path's SAMPLER_GREEDY: temperature <= 0 or top_p 0):
  *   argmax by (key desc, index asc);
- * - top-k (k <= KS_MAX_K): radix select of the k-th key (4 passes of 8
+ * - top-k from the slices' candidates where they were made: the best k of
+ *   them (one bitonic sort of <= 4096 words), then as below from the
+ *   weights on;
+ * - other top-k (k <= KS_MAX_K): radix select of the k-th key (4 passes of 8
  *   bits, warp-aggregated shared-memory histograms), the candidates above
  *   it plus the ties at it (up to KS_TIES in shared memory, else a
  *   warp-serial scan for the lowest-index ties), a bitonic sort of them by
@@ -71,7 +79,7 @@ typedef struct {
 typedef struct {
 	int vocab;
 	ks_params *d_params; /* [1] device */
-	int *d_count;        /* [vocab] device, zero between calls */
+	uint64_t *d_cand;    /* [KS_SORT] device: k_sample_part's candidates */
 	float *d_w;          /* [vocab] device scratch (KS_ALL weights) */
 } ks_sampler;
 
