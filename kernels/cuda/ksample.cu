@@ -23,12 +23,14 @@ static __host__ __device__ __forceinline__ int ks_parts(int V)
 }
 
 /* The multi-block top-k (run 38): every slice's own k best, then the best
- * k of those, where they fit one sort (parts x k <= KS_SORT: k <= 65 on
- * the Llama 3 vocabulary, 54 on Qwen's); the same condition on both
- * kernels' sides, from the parameters in device memory. */
+ * k of those, where k <= KS_SPLIT_K and they fit k_sample's candidate
+ * array behind its first KS_SPLIT_K words (parts x k <= KS_SORT -
+ * KS_SPLIT_K: k <= 62 on the Llama 3 vocabulary, 52 on Qwen's); the same
+ * condition on both kernels' sides, from the parameters in device memory. */
+#define KS_SPLIT_K 128
 static __device__ __forceinline__ bool ks_split_topk(const ks_params &p, int V)
 {
-	return p.mode == KS_TOPK && ks_parts(V) * p.top_k <= KS_SORT;
+	return p.mode == KS_TOPK && p.top_k <= KS_SPLIT_K && ks_parts(V) * p.top_k <= KS_SORT - KS_SPLIT_K;
 }
 
 static char g_err[256];
@@ -116,6 +118,81 @@ static __device__ void small_cum(const float *w, float *cum, int n, float *S)
 	__syncthreads();
 }
 
+/* Warp 0 of a radix select: the digit d holding the need-th largest of
+ * the counted entries (hcount[256] of this pass) into *dig, the count of
+ * entries above it into *above. Lane L owns digits 255-8L .. 248-8L. */
+static __device__ void radix_digit(const unsigned *hcount, int need, int lane, int *dig, int *above)
+{
+	unsigned c[8], sum = 0;
+#pragma unroll
+	for (int j = 0; j < 8; j++) {
+		c[j] = hcount[255 - 8 * lane - j];
+		sum += c[j];
+	}
+	unsigned incl = sum;
+#pragma unroll
+	for (int o = 1; o < 32; o <<= 1) {
+		unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+		if (lane >= o)
+			incl += v;
+	}
+	unsigned acc = incl - sum;
+	if (acc < (unsigned)need && (unsigned)need <= incl) {
+		for (int j = 0; j < 8; j++) {
+			if (acc + c[j] >= (unsigned)need) {
+				*dig = 255 - 8 * lane - j;
+				*above = (int)acc;
+				break;
+			}
+			acc += c[j];
+		}
+	}
+}
+
+/* The k largest of the n distinct candidate words a[0..n) (shared
+ * memory; 0 < k <= n, zeros only as padding below the k-th) into
+ * out[0..k), unordered: a radix select of the k-th largest word, 8 passes
+ * of 8 bits over shared memory (warp-aggregated histograms), then every
+ * word >= it. The words are distinct (the index is in them), so exactly k. */
+static __device__ void select_top_words(const uint64_t *a, int n, int k, uint64_t *out, unsigned *hcount, int *sh)
+{
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, bd = blockDim.x;
+	uint64_t prefix = 0, mask = 0;
+	int need = k;
+	for (int shift = 56; shift >= 0; shift -= 8) {
+		for (int i = tid; i < 256; i += bd)
+			hcount[i] = 0;
+		__syncthreads();
+		for (int i0 = 0; i0 < n; i0 += bd) { /* warp-uniform trip count */
+			const int i = i0 + tid;
+			unsigned d = 256;
+			if (i < n) {
+				const uint64_t w = a[i];
+				if ((w & mask) == prefix)
+					d = (unsigned)(w >> shift) & 255u;
+			}
+			unsigned m = __match_any_sync(0xffffffffu, d);
+			if (d < 256 && lane == __ffs(m) - 1)
+				atomicAdd(&hcount[d], (unsigned)__popc(m));
+		}
+		__syncthreads();
+		if (warp == 0)
+			radix_digit(hcount, need, lane, &sh[0], &sh[1]);
+		__syncthreads();
+		prefix |= (uint64_t)sh[0] << shift;
+		mask |= 255ull << shift;
+		need -= sh[1];
+		__syncthreads(); /* sh is rewritten by the next pass */
+	}
+	if (tid == 0)
+		sh[2] = 0;
+	__syncthreads();
+	for (int i = tid; i < n; i += bd)
+		if (a[i] >= prefix)
+			out[atomicAdd(&sh[2], 1)] = a[i];
+	__syncthreads();
+}
+
 /* a[0..sz) sorted descending in place (sz a power of two; the whole block) */
 static __device__ void bitonic_desc(uint64_t *a, int sz)
 {
@@ -142,14 +219,16 @@ static __device__ void bitonic_desc(uint64_t *a, int sz)
  * id penalised once with its count (as sampler.c; the slices partition
  * the ids, so every id is penalised once in all); (2) where ks_split_topk,
  * the slice's k best candidate words (key desc, index asc: the order the
- * top-k is defined by, so the best k of the union are the vocabulary's)
- * to cands[blockIdx.x * k ..], padded with 0 (below every real word). */
+ * top-k is defined by, so the best k of the union are the vocabulary's),
+ * unordered (select_top_words), to cands[blockIdx.x * k ..], padded with
+ * 0 (below every real word) where the slice is shorter than k. */
 __global__ void __launch_bounds__(KS_THREADS) k_sample_part(const ks_params *P, float *l, int V, const int *d_pos,
 							    const int *hist, uint64_t *cands, int dry)
 {
 	__shared__ ks_params p;
-	__shared__ unsigned scnt[KS_SLICE];
+	__shared__ unsigned scnt[KS_SLICE], hcount[256];
 	__shared__ uint64_t cw[KS_SLICE];
+	__shared__ int sh[3];
 	const int tid = threadIdx.x, bd = blockDim.x;
 	const int lo = blockIdx.x * KS_SLICE, hi = min(V, lo + KS_SLICE);
 	if (dry)
@@ -180,16 +259,13 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample_part(const ks_params *P, 
 	}
 	if (!ks_split_topk(p, V))
 		return;
-	int sz = 2;
-	while (sz < hi - lo)
-		sz <<= 1;
-	for (int i = tid; i < sz; i += bd)
-		cw[i] = lo + i < hi ? cand_of(sm_key(l[lo + i]), lo + i) : 0;
+	const int n = hi - lo, k = p.top_k, kk = min(k, n);
+	for (int i = tid; i < n; i += bd)
+		cw[i] = cand_of(sm_key(l[lo + i]), lo + i);
 	__syncthreads();
-	bitonic_desc(cw, sz);
-	const int k = p.top_k;
-	for (int i = tid; i < k; i += bd)
-		cands[(size_t)blockIdx.x * k + i] = i < sz ? cw[i] : 0;
+	select_top_words(cw, n, kk, cands + (size_t)blockIdx.x * k, hcount, sh);
+	for (int i = kk + tid; i < k; i += bd) /* a slice shorter than k */
+		cands[(size_t)blockIdx.x * k + i] = 0;
 }
 
 __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, int V, const int *d_pos, int *hist,
@@ -201,7 +277,7 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 	__shared__ float S[KS_MAX_ALL / SM_CHUNK + 1];
 	__shared__ unsigned hcount[256];
 	__shared__ uint64_t red[32];
-	__shared__ int s_a, s_b, s_c;
+	__shared__ int s_a, s_b, s_c, sh3[3];
 	__shared__ uint64_t s_bits;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, bd = blockDim.x;
 	if (dry)
@@ -224,11 +300,15 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 		if (ks_split_topk(p, V)) {
 			/* ---- the best k of the slices' best k (k_sample_part) ---- */
 			const int n = ks_parts(V) * k;
+			for (int i = tid; i < n; i += bd) /* behind the <= KS_SPLIT_K words the select writes */
+				cand[KS_SPLIT_K + i] = cands[i];
+			__syncthreads();
+			select_top_words(cand + KS_SPLIT_K, n, k, cand, hcount, sh3);
 			int sz = 2;
-			while (sz < n)
+			while (sz < k)
 				sz <<= 1;
-			for (int i = tid; i < sz; i += bd)
-				cand[i] = i < n ? cands[i] : 0;
+			for (int i = k + tid; i < sz; i += bd)
+				cand[i] = 0;
 			__syncthreads();
 			bitonic_desc(cand, sz);
 		} else {
@@ -257,33 +337,8 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 				}
 			}
 			__syncthreads();
-			if (warp == 0) {
-				/* lane L owns digits 255-8L .. 248-8L (descending) */
-				unsigned c[8], sum = 0;
-#pragma unroll
-				for (int j = 0; j < 8; j++) {
-					c[j] = hcount[255 - 8 * lane - j];
-					sum += c[j];
-				}
-				unsigned incl = sum;
-#pragma unroll
-				for (int o = 1; o < 32; o <<= 1) {
-					unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
-					if (lane >= o)
-						incl += v;
-				}
-				unsigned acc = incl - sum;
-				if (acc < (unsigned)need && (unsigned)need <= incl) {
-					for (int j = 0; j < 8; j++) {
-						if (acc + c[j] >= (unsigned)need) {
-							s_a = 255 - 8 * lane - j;
-							s_b = (int)acc;
-							break;
-						}
-						acc += c[j];
-					}
-				}
-			}
+			if (warp == 0)
+				radix_digit(hcount, need, lane, &s_a, &s_b);
 			__syncthreads();
 			prefix |= (uint32_t)s_a << shift;
 			mask |= 255u << shift;

@@ -10,15 +10,17 @@
  *   *d_pos) (prompt ids uploaded by the caller, generated ids written by
  *   k_sample itself): each block counts the ids of its slice in shared
  *   memory, each distinct id penalised once;
- * - top-k where (vocab / 2048) x k <= 4096 (k <= 65 on a 128,256 vocabulary,
- *   e.g. Ollama's default 40): the slice's k best (key desc, index asc) by
- *   a bitonic sort in shared memory.
+ * - top-k where k <= 128 and (vocab / 2048) x k <= 3968 (k <= 62 on a
+ *   128,256 vocabulary, e.g. Ollama's default 40; 52 on 151,936): the
+ *   slice's k best (key desc, index asc) by a radix select of the k-th
+ *   largest candidate word (key << 32 | ~index: distinct, so exactly k are
+ *   at or above it) in shared memory.
  * Then k_sample, one block of 1024 threads:
  * - greedy (sampler_path's SAMPLER_GREEDY: temperature <= 0 or top_p 0):
  *   argmax by (key desc, index asc);
  * - top-k from the slices' candidates where they were made: the best k of
- *   them (one bitonic sort of <= 4096 words), then as below from the
- *   weights on;
+ *   them by the same select, a bitonic sort of those k, then as below
+ *   from the weights on;
  * - other top-k (k <= KS_MAX_K): radix select of the k-th key (4 passes of 8
  *   bits, warp-aggregated shared-memory histograms), the candidates above
  *   it plus the ties at it (up to KS_TIES in shared memory, else a

@@ -4,8 +4,9 @@
  * the kernel itself), the same seed; several picks per case so the rng
  * state and the history carry on; the rng state equal at the end. Cases:
  * random (normal-ish logits, quantised ties, all equal, NaN / -0 / -inf
- * entries) over vocabularies of 2 to 128,256, temperature 0 with
- * penalties, top-k 1..1024 with top-p / min-p, no truncation; then fixed
+ * entries) over vocabularies of 2 to 151,936, temperature 0 with
+ * penalties, top-k 1..1024 with top-p / min-p (on both sides of the
+ * multi-block top-k's limit), no truncation; then fixed
  * ones (k = 1, 40, 1024 on the Llama 3 vocabulary, all-equal logits with
  * more ties than the kernel's tie buffer, top-p 0 at temperature 0.8:
  * greedy after penalties on both sides, no draw).
@@ -144,11 +145,13 @@ static void random_params(sampler_params *p, int V)
 {
 	sampler_neutral(p); /* every field is set below */
 	const float temps[] = { 0, 0.5f, 0.8f, 1, 1.7f };
-	const int ks[] = { 0, 1, 2, 3, 40, 65, 100, 257, 1000, 1024 };
+	/* 62 / 63: the last k / the first past the multi-block top-k on
+	 * 128,256 entries (63 slices); 52 / 53 the same on 151,936 */
+	const int ks[] = { 0, 1, 2, 3, 40, 52, 53, 62, 63, 65, 100, 257, 1000, 1024 };
 	const float tps[] = { 1, 0.9f, 0.5f, 0.1f, 0.999f };
 	const float mps[] = { 0, 0, 0.05f, 0.3f };
 	p->temperature = temps[rnd() % 5];
-	p->top_k = ks[rnd() % 10];
+	p->top_k = ks[rnd() % (sizeof(ks) / sizeof(ks[0]))];
 	if (p->top_k >= V)
 		p->top_k = V - 1;
 	if (p->top_k > 0) { /* top-p / min-p are covered only with top-k */
@@ -225,7 +228,7 @@ int main(int argc, char **argv)
 		die("kc_init");
 	static int hist[HCAP];
 	/* random cases */
-	const int Vs[] = { 2, 50, 1000, 4099, 49152, 128256 };
+	const int Vs[] = { 2, 50, 1000, 4099, 49152, 128256, 151936 };
 	int per[KS_MODE_COUNT] = { 0 };
 	for (size_t vi = 0; vi < sizeof(Vs) / sizeof(Vs[0]); vi++) {
 		rig r;
