@@ -221,13 +221,14 @@ static __device__ void bitonic_desc(uint64_t *a, int sz)
  * the slice's k best candidate words (key desc, index asc: the order the
  * top-k is defined by, so the best k of the union are the vocabulary's),
  * unordered (select_top_words), to cands[blockIdx.x * k ..], padded with
- * 0 (below every real word) where the slice is shorter than k. */
+ * 0 (below every real word) where the slice is shorter than k; (3) under
+ * KS_ALL the slice's argmax word (key desc, index asc) to pmax[blockIdx.x]. */
 __global__ void __launch_bounds__(KS_THREADS) k_sample_part(const ks_params *P, float *l, int V, const int *d_pos,
-							    const int *hist, uint64_t *cands, int dry)
+							    const int *hist, uint64_t *cands, uint64_t *pmax, int dry)
 {
 	__shared__ ks_params p;
 	__shared__ unsigned scnt[KS_SLICE], hcount[256];
-	__shared__ uint64_t cw[KS_SLICE];
+	__shared__ uint64_t cw[KS_SLICE], red[32];
 	__shared__ int sh[3];
 	const int tid = threadIdx.x, bd = blockDim.x;
 	const int lo = blockIdx.x * KS_SLICE, hi = min(V, lo + KS_SLICE);
@@ -257,6 +258,17 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample_part(const ks_params *P, 
 		}
 		__syncthreads(); /* the penalised logits, before the candidates read them */
 	}
+	if (p.mode == KS_ALL) { /* the slice's argmax, for k_sample_w's max */
+		uint64_t best = 0;
+		for (int i = lo + tid; i < hi; i += bd) {
+			const uint64_t c = cand_of(sm_key(l[i]), i);
+			best = c > best ? c : best;
+		}
+		best = block_max_u64(best, red);
+		if (tid == 0)
+			pmax[blockIdx.x] = best;
+		return;
+	}
 	if (!ks_split_topk(p, V))
 		return;
 	const int n = hi - lo, k = p.top_k, kk = min(k, n);
@@ -268,8 +280,45 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample_part(const ks_params *P, 
 		cands[(size_t)blockIdx.x * k + i] = 0;
 }
 
+/* KS_ALL, between k_sample_part and k_sample, one block per slice: the
+ * argmax of the slices' (every block reduces pmax itself), then the
+ * slice's weights sm_exp(sm_arg(l, max, T)) into wbuf and the sums of its
+ * SM_CHUNK-entry chunks, each summed in index order (sample_math.h: the
+ * CPU's order) into csum[chunk]. Nothing in other modes. */
+#define KS_WT 256
+__global__ void __launch_bounds__(KS_WT) k_sample_w(const ks_params *P, const float *l, int V, const uint64_t *pmax,
+						    float *wbuf, float *csum, int dry)
+{
+	__shared__ float w[KS_SLICE];
+	__shared__ uint64_t red[32];
+	const int tid = threadIdx.x, bd = blockDim.x, parts = ks_parts(V);
+	const int lo = blockIdx.x * KS_SLICE, hi = min(V, lo + KS_SLICE);
+	if (dry || P->mode != KS_ALL)
+		return;
+	const float T = P->temperature;
+	uint64_t best = 0;
+	for (int i = tid; i < parts; i += bd)
+		best = pmax[i] > best ? pmax[i] : best;
+	const float mx = l[cand_idx(block_max_u64(best, red))];
+	for (int i = tid; i < hi - lo; i += bd) {
+		const float v = sm_exp(sm_arg(l[lo + i], mx, T));
+		w[i] = v;
+		wbuf[lo + i] = v;
+	}
+	__syncthreads();
+	const int c0 = lo / SM_CHUNK, nc = (hi - lo + SM_CHUNK - 1) / SM_CHUNK; /* KS_SLICE: whole chunks */
+	if (tid < nc) {
+		const int e = min(hi - lo, (tid + 1) * SM_CHUNK);
+		float acc = 0.0f;
+		for (int i = tid * SM_CHUNK; i < e; i++)
+			acc = SM_ADD(acc, w[i]);
+		csum[c0 + tid] = acc;
+	}
+}
+
 __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, int V, const int *d_pos, int *hist,
-						       int *next, const uint64_t *cands, float *wbuf, int dry)
+						       int *next, const uint64_t *cands, const uint64_t *pmax, const float *csum,
+						       const float *wbuf, int dry)
 {
 	__shared__ ks_params p;
 	__shared__ uint64_t cand[KS_SORT];
@@ -451,38 +500,14 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 		 * argmax; no position reaching the point (impossible: it lies
 		 * below cum[m-1]) the last kept one */
 		tok = cand_idx(cand[!(total > 0.0f) ? 0 : s_c < m ? s_c : m - 1]);
-	} else { /* KS_ALL: the whole vocabulary in index order */
-		const uint64_t am = block_argmax(l, V, red);
-		const float mx = l[cand_idx(am)];
-		for (int i0 = tid; i0 < V; i0 += KS_U * bd) {
-			float v[KS_U];
-#pragma unroll
-			for (int u = 0; u < KS_U; u++)
-				v[u] = i0 + u * bd < V ? l[i0 + u * bd] : 0.0f;
-#pragma unroll
-			for (int u = 0; u < KS_U; u++)
-				if (i0 + u * bd < V)
-					wbuf[i0 + u * bd] = sm_exp(sm_arg(v[u], mx, p.temperature));
-		}
-		__syncthreads();
+	} else { /* KS_ALL: the whole vocabulary in index order (weights, chunk sums: k_sample_w) */
+		uint64_t best = 0;
+		for (int i = tid; i < ks_parts(V); i += bd)
+			best = pmax[i] > best ? pmax[i] : best;
+		const uint64_t am = block_max_u64(best, red);
 		const int nch = (V + SM_CHUNK - 1) / SM_CHUNK;
-		for (int c = tid; c < nch; c += bd) {
-			float acc = 0.0f;
-			const int c1 = min(V, (c + 1) * SM_CHUNK);
-			int i = c * SM_CHUNK;
-			for (; i + KS_U <= c1; i += KS_U) { /* KS_U loads, then the adds in order */
-				float v[KS_U];
-#pragma unroll
-				for (int u = 0; u < KS_U; u++)
-					v[u] = wbuf[i + u];
-#pragma unroll
-				for (int u = 0; u < KS_U; u++)
-					acc = SM_ADD(acc, v[u]);
-			}
-			for (; i < c1; i++)
-				acc = SM_ADD(acc, wbuf[i]);
-			S[c + 1] = acc;
-		}
+		for (int c = tid; c < nch; c += bd)
+			S[c + 1] = csum[c];
 		__syncthreads();
 		if (tid == 0) {
 			S[0] = 0.0f;
@@ -529,6 +554,8 @@ extern "C" int ks_init(ks_sampler *k, int vocab)
 	cudaStream_t st = (cudaStream_t)kc_stream();
 	if (cudaMalloc(&k->d_params, sizeof(ks_params)) != cudaSuccess ||
 	    cudaMalloc(&k->d_cand, sizeof(uint64_t) * KS_SORT) != cudaSuccess ||
+	    cudaMalloc(&k->d_pmax, sizeof(uint64_t) * (size_t)ks_parts(vocab)) != cudaSuccess ||
+	    cudaMalloc(&k->d_csum, sizeof(float) * (size_t)((vocab + SM_CHUNK - 1) / SM_CHUNK)) != cudaSuccess ||
 	    cudaMalloc(&k->d_w, sizeof(float) * (size_t)vocab) != cudaSuccess) {
 		fail("cudaMalloc", cudaGetLastError());
 		ks_free(k);
@@ -542,6 +569,8 @@ extern "C" void ks_free(ks_sampler *k)
 {
 	cudaFree(k->d_params);
 	cudaFree(k->d_cand);
+	cudaFree(k->d_pmax);
+	cudaFree(k->d_csum);
 	cudaFree(k->d_w);
 	memset(k, 0, sizeof(*k));
 }
@@ -575,11 +604,14 @@ extern "C" int ks_get_rng(ks_sampler *k, uint64_t *rng)
 extern "C" int ks_sample_queue(ks_sampler *k, float *logits, const int *d_pos, int *d_hist, int *d_next, int dry)
 {
 	cudaStream_t st = (cudaStream_t)kc_stream();
-	k_sample_part<<<ks_parts(k->vocab), KS_THREADS, 0, st>>>(k->d_params, logits, k->vocab, d_pos, d_hist,
-								  k->d_cand, dry);
+	const int parts = ks_parts(k->vocab);
+	k_sample_part<<<parts, KS_THREADS, 0, st>>>(k->d_params, logits, k->vocab, d_pos, d_hist, k->d_cand, k->d_pmax,
+						     dry);
 	CK(cudaGetLastError());
-	k_sample<<<1, KS_THREADS, 0, st>>>(k->d_params, logits, k->vocab, d_pos, d_hist, d_next, k->d_cand, k->d_w,
-					    dry);
+	k_sample_w<<<parts, KS_WT, 0, st>>>(k->d_params, logits, k->vocab, k->d_pmax, k->d_w, k->d_csum, dry);
+	CK(cudaGetLastError());
+	k_sample<<<1, KS_THREADS, 0, st>>>(k->d_params, logits, k->vocab, d_pos, d_hist, d_next, k->d_cand, k->d_pmax,
+					    k->d_csum, k->d_w, dry);
 	CK(cudaGetLastError());
 	return 0;
 }

@@ -4,7 +4,7 @@
  * gives for the same logits, history and state (the arithmetic is
  * worker/sample_math.h, compiled on both sides).
  *
- * Two kernels. k_sample_part, one block per 2048 entries of the
+ * Three kernels. k_sample_part, one block per 2048 entries of the
  * vocabulary:
  * - penalties from the device-side history hist[*d_pos - repeat_last_n ..
  *   *d_pos) (prompt ids uploaded by the caller, generated ids written by
@@ -27,20 +27,22 @@
  *   warp-serial scan for the lowest-index ties), a bitonic sort of them by
  *   key << 32 | ~index, then weights, chunked sums, top-p, min-p and the
  *   draw over <= 1024 entries;
- * - no truncation (vocab <= KS_MAX_ALL): weights of the whole vocabulary
- *   in index order into a scratch row, chunk sums by one thread per chunk,
- *   the chunk prefix by one thread, the draw's chunk found in parallel and
- *   walked by one thread.
+ * - no truncation (vocab <= KS_MAX_ALL): the argmax from the slices'
+ *   (k_sample_part), the weights of the whole vocabulary in index order
+ *   and the chunk sums, one thread per chunk (k_sample_w, between the two:
+ *   one block per slice), the chunk prefix by one thread, the draw's chunk
+ *   found in parallel and walked by one thread.
  * The token goes to d_next[0] and d_hist[*d_pos], where kc_argmax puts the
  * greedy one; the splitmix state lives in device memory and advances once
  * per draw (as sampler_pick's).
  *
  * Measured on the H200 (tests/cuda/test_cuda_sample bench, 128,256
- * entries, launch and wait included): top-k 40 + penalties 206 us, top-k
- * 1024 239 us, no truncation 162 us, greedy + penalties 43 us. One block
- * reading the row is latency-bound (~25-40 us a pass over 512 KB: one
- * load in flight per warp); next: several loads in flight per thread, or
- * the histogram passes and the weights spread over many blocks.
+ * entries, launch and wait included; run 38, 2026-12-01): top-k 40 +
+ * penalties (Ollama's defaults) 212 -> 39-44 us, no truncation (OpenAI's)
+ * 143 -> 42 us, top-k 1024 (still the one block's radix select) ~250 us,
+ * greedy + penalties 33-42 us. One block reading the row is latency-bound
+ * (~25-40 us a pass over 512 KB); the passes that remain in one block are
+ * the greedy argmax and the top-k above the multi-block limit.
  *
  * Not covered (the caller keeps the CPU sampler): top-p / min-p without
  * top-k (a sort of the whole vocabulary), top_k > KS_MAX_K, and no
@@ -82,6 +84,8 @@ typedef struct {
 	int vocab;
 	ks_params *d_params; /* [1] device */
 	uint64_t *d_cand;    /* [KS_SORT] device: k_sample_part's candidates */
+	uint64_t *d_pmax;    /* [vocab / 2048] device: the slices' argmax (KS_ALL) */
+	float *d_csum;       /* [vocab / 256] device: the chunk sums (KS_ALL) */
 	float *d_w;          /* [vocab] device scratch (KS_ALL weights) */
 } ks_sampler;
 
