@@ -282,8 +282,11 @@ def test_proc_status_of_locked_down_child(bins, role):
 def test_child_dies_with_its_parent(bins):
     """PR_SET_PDEATHSIG: a worker whose broker dies is killed."""
     r, w = os.pipe()
+    # the worker's own report goes to /dev/null: on the shared pipe it could
+    # land inside the pid line (seen in CI: '12411{"ready":12411}')
     code = ("import subprocess,sys; p=subprocess.Popen([sys.argv[1],'--self-test','--hold'],"
-            "stdin=int(sys.argv[2]),pass_fds=(int(sys.argv[2]),)); print(p.pid, flush=True); p.wait()")
+            "stdin=int(sys.argv[2]),stdout=subprocess.DEVNULL,pass_fds=(int(sys.argv[2]),));"
+            " print(p.pid, flush=True); p.wait()")
     mid = subprocess.Popen([sys.executable, "-c", code, bins["worker"], str(r)],
                            stdout=subprocess.PIPE, text=True, pass_fds=(r,))
     os.close(r)
