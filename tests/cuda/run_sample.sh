@@ -39,10 +39,14 @@ same=0; n=0
 : > "$O/runs.log"
 for args in "$OLL" "$OAI" "--temp 0.7 --top-k 1024 --min-p 0.05 --repeat-penalty 1.2" "--temp 0 --repeat-penalty 1.3"; do
 	for seed in 1 2 3; do
-		timeout 30 "$B/mlxr" run "$FX" --device cpu $args --seed $seed --max 64 --raw "$P" > "$O/c.txt" 2>&1
-		timeout 30 "$B/mlxr" run "$FX" --device cuda $args --seed $seed --max 64 --raw "$P" > "$O/g.txt" 2>&1
+		timeout 30 "$B/mlxr" run "$FX" --device cpu $args --seed $seed --max 64 --raw "$P" > "$O/c.txt" 2> "$O/c.err"
+		rc=$?
+		timeout 30 "$B/mlxr" run "$FX" --device cuda $args --seed $seed --max 64 --raw "$P" > "$O/g.txt" 2> "$O/g.err"
+		rg=$?
 		n=$((n + 1))
-		if cmp -s "$O/c.txt" "$O/g.txt"; then same=$((same + 1)); r=EQUAL; else r=DIFFER; fi
+		# equal only when both ran (two failed runs print the same error)
+		if [ $rc -ne 0 ] || [ $rg -ne 0 ] || [ ! -s "$O/c.txt" ]; then r="FAILED (cpu rc $rc, cuda rc $rg: $(tail -1 "$O/g.err"))"
+		elif cmp -s "$O/c.txt" "$O/g.txt"; then same=$((same + 1)); r=EQUAL; else r=DIFFER; fi
 		{ echo "[$args seed $seed] $r"; echo "cpu:  $(head -c 300 "$O/c.txt" | tr '\n' ' ')"; echo "cuda: $(head -c 300 "$O/g.txt" | tr '\n' ' ')"; } >> "$O/runs.log"
 	done
 done
@@ -51,7 +55,7 @@ echo "== test_cuda_sample (rc $st)"; grep -v '^ok\|^bench' "$O/sample.log" | tai
 echo "== kernels (rc $k)"; grep -v '^ok' "$O/kernels.log" | tail -3
 echo "== forward (rc $f)"; tail -3 "$O/forward.log"
 echo "== sandbox (rc $s, 159 = SIGSYS at socket: the expected end)"; grep -i "sampled\|greedy\|FAIL" "$O/sandbox.log" | tail -5
-grep DIFFER -A2 "$O/runs.log" | head -24
+grep -E "DIFFER|FAILED" -A2 "$O/runs.log" | head -24
 echo "== table"
 echo "test_cuda_sample rc=$st: $(tail -1 "$O/sample.log")"
 echo "test_cuda_kernels rc=$k: $(grep -c '^ok' "$O/kernels.log") ok lines, $(grep -c FAIL "$O/kernels.log") FAIL"
