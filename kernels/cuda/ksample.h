@@ -10,7 +10,7 @@
  *   *d_pos) (prompt ids uploaded by the caller, generated ids written by
  *   k_sample itself): each block counts the ids of its slice in shared
  *   memory, each distinct id penalised once;
- * - top-k where k <= 128 and (vocab / 2048) x k <= 3968 (k <= 62 on a
+ * - top-k where k <= 128 and ceil(vocab / 2048) x k <= 3968 (k <= 62 on a
  *   128,256 vocabulary, e.g. Ollama's default 40; 52 on 151,936): the
  *   slice's k best (key desc, index asc) by a radix select of the k-th
  *   largest candidate word (key << 32 | ~index: distinct, so exactly k are
@@ -84,8 +84,8 @@ typedef struct {
 	int vocab;
 	ks_params *d_params; /* [1] device */
 	uint64_t *d_cand;    /* [KS_SORT] device: k_sample_part's candidates */
-	uint64_t *d_pmax;    /* [vocab / 2048] device: the slices' argmax (KS_ALL) */
-	float *d_csum;       /* [vocab / 256] device: the chunk sums (KS_ALL) */
+	uint64_t *d_pmax;    /* [ceil(vocab / 2048)] device: the slices' argmax (KS_ALL) */
+	float *d_csum;       /* [ceil(vocab / 256)] device: the chunk sums (KS_ALL) */
 	float *d_w;          /* [vocab] device scratch (KS_ALL weights) */
 } ks_sampler;
 

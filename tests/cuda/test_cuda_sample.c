@@ -146,8 +146,9 @@ static void random_params(sampler_params *p, int V)
 	sampler_neutral(p); /* every field is set below */
 	const float temps[] = { 0, 0.5f, 0.8f, 1, 1.7f };
 	/* 62 / 63: the last k / the first past the multi-block top-k on
-	 * 128,256 entries (63 slices); 52 / 53 the same on 151,936 */
-	const int ks[] = { 0, 1, 2, 3, 40, 52, 53, 62, 63, 65, 100, 257, 1000, 1024 };
+	 * 128,256 entries (63 slices); 52 / 53 the same on 151,936; 128 / 129
+	 * its k limit on small vocabularies */
+	const int ks[] = { 0, 1, 2, 3, 40, 52, 53, 62, 63, 65, 100, 128, 129, 257, 1000, 1024 };
 	const float tps[] = { 1, 0.9f, 0.5f, 0.1f, 0.999f };
 	const float mps[] = { 0, 0, 0.05f, 0.3f };
 	p->temperature = temps[rnd() % 5];
@@ -238,8 +239,16 @@ int main(int argc, char **argv)
 			sampler_params p;
 			random_params(&p, r.V);
 			int nh = (int)(rnd() % 100);
+			if (rnd() % 4 == 0) { /* a long window: more ids than the blocks' threads */
+				nh = 2000 + (int)(rnd() % 100);
+				p.repeat_last_n = 2000;
+			}
+			/* the sampler slices' edges (2048 entries each) and the last one's start */
+			const int last = (r.V - 1) / 2048 * 2048;
+			const int edge[6] = { 2047 % r.V, 2048 % r.V, (r.V - 1), last, last > 0 ? last - 1 : 0, 0 };
 			for (int i = 0; i < nh; i++) /* repeats: the penalties see counts > 1 */
-				hist[i] = (int)(rnd() % 20u) * (r.V / 20 > 0 ? r.V / 20 : 1) % r.V;
+				hist[i] = rnd() % 3 == 0 ? edge[rnd() % 6]
+							 : (int)(rnd() % 20u) * (r.V / 20 > 0 ? r.V / 20 : 1) % r.V;
 			rand_logits(r.l0, r.V, (int)(rnd() % 5));
 			ks_params k;
 			if (session_cuda_ks_params(&p, r.V, 0, &k))
