@@ -73,22 +73,31 @@ static __device__ uint64_t block_max_u64(uint64_t v, uint64_t *red)
 	return v;
 }
 
-/* argmax by (key desc, index asc) over logits[V] as a candidate word */
-static __device__ uint64_t block_argmax(const float *l, int V, uint64_t *red)
+/* argmax by (key desc, index asc) over logits[lo..hi) as a candidate word */
+static __device__ uint64_t block_argmax(const float *l, int lo, int hi, uint64_t *red)
 {
 	uint64_t best = 0;
 	const int bd = blockDim.x;
-	for (int i0 = threadIdx.x; i0 < V; i0 += KS_U * bd) {
+	for (int i0 = lo + threadIdx.x; i0 < hi; i0 += KS_U * bd) {
 		float v[KS_U];
 #pragma unroll
 		for (int u = 0; u < KS_U; u++) /* KS_U loads in flight */
-			v[u] = i0 + u * bd < V ? l[i0 + u * bd] : 0.0f;
+			v[u] = i0 + u * bd < hi ? l[i0 + u * bd] : 0.0f;
 #pragma unroll
 		for (int u = 0; u < KS_U; u++) {
-			uint64_t c = i0 + u * bd < V ? cand_of(sm_key(v[u]), i0 + u * bd) : 0;
+			uint64_t c = i0 + u * bd < hi ? cand_of(sm_key(v[u]), i0 + u * bd) : 0;
 			best = c > best ? c : best;
 		}
 	}
+	return block_max_u64(best, red);
+}
+
+/* the largest of the words w[0..n) (the slices' argmax words) */
+static __device__ uint64_t block_max_words(const uint64_t *w, int n, uint64_t *red)
+{
+	uint64_t best = 0;
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		best = w[i] > best ? w[i] : best;
 	return block_max_u64(best, red);
 }
 
@@ -259,12 +268,7 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample_part(const ks_params *P, 
 		__syncthreads(); /* the penalised logits, before the candidates read them */
 	}
 	if (p.mode == KS_ALL) { /* the slice's argmax, for k_sample_w's max */
-		uint64_t best = 0;
-		for (int i = lo + tid; i < hi; i += bd) {
-			const uint64_t c = cand_of(sm_key(l[i]), i);
-			best = c > best ? c : best;
-		}
-		best = block_max_u64(best, red);
+		const uint64_t best = block_argmax(l, lo, hi, red);
 		if (tid == 0)
 			pmax[blockIdx.x] = best;
 		return;
@@ -291,15 +295,12 @@ __global__ void __launch_bounds__(KS_WT) k_sample_w(const ks_params *P, const fl
 {
 	__shared__ float w[KS_SLICE];
 	__shared__ uint64_t red[32];
-	const int tid = threadIdx.x, bd = blockDim.x, parts = ks_parts(V);
+	const int tid = threadIdx.x, bd = blockDim.x;
 	const int lo = blockIdx.x * KS_SLICE, hi = min(V, lo + KS_SLICE);
 	if (dry || P->mode != KS_ALL)
 		return;
 	const float T = P->temperature;
-	uint64_t best = 0;
-	for (int i = tid; i < parts; i += bd)
-		best = pmax[i] > best ? pmax[i] : best;
-	const float mx = l[cand_idx(block_max_u64(best, red))];
+	const float mx = l[cand_idx(block_max_words(pmax, ks_parts(V), red))];
 	for (int i = tid; i < hi - lo; i += bd) {
 		const float v = sm_exp(sm_arg(l[lo + i], mx, T));
 		w[i] = v;
@@ -343,7 +344,7 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 	/* the penalties: k_sample_part, before this kernel */
 	int tok;
 	if (p.mode == KS_GREEDY) {
-		tok = cand_idx(block_argmax(l, V, red));
+		tok = cand_idx(block_argmax(l, 0, V, red));
 	} else if (p.mode == KS_TOPK) {
 		const int k = p.top_k;
 		if (ks_split_topk(p, V)) {
@@ -361,105 +362,105 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 			__syncthreads();
 			bitonic_desc(cand, sz);
 		} else {
-		/* ---- radix select of the k-th largest key ---- */
-		uint32_t prefix = 0, mask = 0;
-		int need = k; /* how many of the keys matching prefix are still to take */
-		for (int shift = 24; shift >= 0; shift -= 8) {
-			for (int i = tid; i < 256; i += bd)
-				hcount[i] = 0;
+			/* ---- radix select of the k-th largest key ---- */
+			uint32_t prefix = 0, mask = 0;
+			int need = k; /* how many of the keys matching prefix are still to take */
+			for (int shift = 24; shift >= 0; shift -= 8) {
+				for (int i = tid; i < 256; i += bd)
+					hcount[i] = 0;
+				__syncthreads();
+				for (int i0 = 0; i0 < V; i0 += KS_U * bd) { /* warp-uniform trip count */
+					uint32_t key[KS_U];
+#pragma unroll
+					for (int u = 0; u < KS_U; u++) { /* KS_U loads in flight */
+						int i = i0 + u * bd + tid;
+						key[u] = i < V ? sm_key(l[i]) : 0u;
+					}
+#pragma unroll
+					for (int u = 0; u < KS_U; u++) {
+						unsigned d = 256;
+						if (i0 + u * bd + tid < V && (key[u] & mask) == prefix)
+							d = (key[u] >> shift) & 255u;
+						unsigned m = __match_any_sync(0xffffffffu, d);
+						if (d < 256 && lane == __ffs(m) - 1)
+							atomicAdd(&hcount[d], (unsigned)__popc(m));
+					}
+				}
+				__syncthreads();
+				if (warp == 0)
+					radix_digit(hcount, need, lane, &s_a, &s_b);
+				__syncthreads();
+				prefix |= (uint32_t)s_a << shift;
+				mask |= 255u << shift;
+				need -= s_b;
+				__syncthreads();
+			}
+			const uint32_t K = prefix; /* the k-th largest key; `need` of the keys == K are taken */
+			/* ---- gather: keys > K (k - need of them), ties at K ---- */
+			if (tid == 0) {
+				s_a = 0;
+				s_b = 0;
+			}
 			__syncthreads();
-			for (int i0 = 0; i0 < V; i0 += KS_U * bd) { /* warp-uniform trip count */
+			for (int i0 = 0; i0 < V; i0 += KS_U * bd) {
 				uint32_t key[KS_U];
 #pragma unroll
-				for (int u = 0; u < KS_U; u++) { /* KS_U loads in flight */
+				for (int u = 0; u < KS_U; u++) {
 					int i = i0 + u * bd + tid;
 					key[u] = i < V ? sm_key(l[i]) : 0u;
 				}
 #pragma unroll
 				for (int u = 0; u < KS_U; u++) {
-					unsigned d = 256;
-					if (i0 + u * bd + tid < V && (key[u] & mask) == prefix)
-						d = (key[u] >> shift) & 255u;
-					unsigned m = __match_any_sync(0xffffffffu, d);
-					if (d < 256 && lane == __ffs(m) - 1)
-						atomicAdd(&hcount[d], (unsigned)__popc(m));
+					int i = i0 + u * bd + tid;
+					if (i >= V)
+						continue;
+					if (key[u] > K) {
+						cand[atomicAdd(&s_a, 1)] = cand_of(key[u], i);
+					} else if (key[u] == K) {
+						int at = atomicAdd(&s_b, 1);
+						if (at < KS_TIES)
+							cand[KS_MAX_K + at] = cand_of(key[u], i);
+					}
 				}
 			}
 			__syncthreads();
-			if (warp == 0)
-				radix_digit(hcount, need, lane, &s_a, &s_b);
-			__syncthreads();
-			prefix |= (uint32_t)s_a << shift;
-			mask |= 255u << shift;
-			need -= s_b;
-			__syncthreads();
-		}
-		const uint32_t K = prefix; /* the k-th largest key; `need` of the keys == K are taken */
-		/* ---- gather: keys > K (k - need of them), ties at K ---- */
-		if (tid == 0) {
-			s_a = 0;
-			s_b = 0;
-		}
-		__syncthreads();
-		for (int i0 = 0; i0 < V; i0 += KS_U * bd) {
-			uint32_t key[KS_U];
-#pragma unroll
-			for (int u = 0; u < KS_U; u++) {
-				int i = i0 + u * bd + tid;
-				key[u] = i < V ? sm_key(l[i]) : 0u;
-			}
-#pragma unroll
-			for (int u = 0; u < KS_U; u++) {
-				int i = i0 + u * bd + tid;
-				if (i >= V)
-					continue;
-				if (key[u] > K) {
-					cand[atomicAdd(&s_a, 1)] = cand_of(key[u], i);
-				} else if (key[u] == K) {
-					int at = atomicAdd(&s_b, 1);
-					if (at < KS_TIES)
-						cand[KS_MAX_K + at] = cand_of(key[u], i);
+			const int ngt = s_a;
+			int neq = s_b;
+			if (neq > KS_TIES) { /* many ties: the `need` lowest indices, in index order */
+				if (warp == 0) {
+					int base = 0;
+					for (int i0 = 0; i0 < V && base < need; i0 += 32) {
+						int i = i0 + lane;
+						bool eq = i < V && sm_key(l[i]) == K;
+						unsigned m = __ballot_sync(0xffffffffu, eq);
+						int rank = __popc(m & ((1u << lane) - 1u));
+						if (eq && base + rank < need)
+							cand[KS_MAX_K + base + rank] = cand_of(K, i);
+						base += __popc(m);
+					}
 				}
+				neq = need;
+				__syncthreads();
 			}
-		}
-		__syncthreads();
-		const int ngt = s_a;
-		int neq = s_b;
-		if (neq > KS_TIES) { /* many ties: the `need` lowest indices, in index order */
-			if (warp == 0) {
-				int base = 0;
-				for (int i0 = 0; i0 < V && base < need; i0 += 32) {
-					int i = i0 + lane;
-					bool eq = i < V && sm_key(l[i]) == K;
-					unsigned m = __ballot_sync(0xffffffffu, eq);
-					int rank = __popc(m & ((1u << lane) - 1u));
-					if (eq && base + rank < need)
-						cand[KS_MAX_K + base + rank] = cand_of(K, i);
-					base += __popc(m);
-				}
-			}
-			neq = need;
+			/* compact the ties behind the others, pad to a power of two */
+			const int n = ngt + neq;
+			int sz = 2;
+			while (sz < n)
+				sz <<= 1;
+			uint64_t t0 = 0, t1 = 0;
+			if (tid < neq)
+				t0 = cand[KS_MAX_K + tid];
+			if (tid + bd < neq)
+				t1 = cand[KS_MAX_K + tid + bd];
 			__syncthreads();
-		}
-		/* compact the ties behind the others, pad to a power of two */
-		const int n = ngt + neq;
-		int sz = 2;
-		while (sz < n)
-			sz <<= 1;
-		uint64_t t0 = 0, t1 = 0;
-		if (tid < neq)
-			t0 = cand[KS_MAX_K + tid];
-		if (tid + bd < neq)
-			t1 = cand[KS_MAX_K + tid + bd];
-		__syncthreads();
-		if (tid < neq)
-			cand[ngt + tid] = t0;
-		if (tid + bd < neq)
-			cand[ngt + tid + bd] = t1;
-		for (int i = n + tid; i < sz; i += bd)
-			cand[i] = 0;
-		__syncthreads();
-		bitonic_desc(cand, sz);
+			if (tid < neq)
+				cand[ngt + tid] = t0;
+			if (tid + bd < neq)
+				cand[ngt + tid + bd] = t1;
+			for (int i = n + tid; i < sz; i += bd)
+				cand[i] = 0;
+			__syncthreads();
+			bitonic_desc(cand, sz);
 		}
 		/* ---- weights, sums, top-p, min-p, draw over the k ---- */
 		const float mx = l[cand_idx(cand[0])];
@@ -501,10 +502,7 @@ __global__ void __launch_bounds__(KS_THREADS) k_sample(ks_params *P, float *l, i
 		 * below cum[m-1]) the last kept one */
 		tok = cand_idx(cand[!(total > 0.0f) ? 0 : s_c < m ? s_c : m - 1]);
 	} else { /* KS_ALL: the whole vocabulary in index order (weights, chunk sums: k_sample_w) */
-		uint64_t best = 0;
-		for (int i = tid; i < ks_parts(V); i += bd)
-			best = pmax[i] > best ? pmax[i] : best;
-		const uint64_t am = block_max_u64(best, red);
+		const uint64_t am = block_max_words(pmax, ks_parts(V), red);
 		const int nch = (V + SM_CHUNK - 1) / SM_CHUNK;
 		for (int c = tid; c < nch; c += bd)
 			S[c + 1] = csum[c];
