@@ -151,7 +151,7 @@ $(BUILD)/inproc-bench: $(BUILD)/obj/bench/inproc_bench.o $(BUILD)/libmlxr.a
 # `make cuda-bench`. SASS for sm_90 (H100/H200) plus compute_80 PTX that
 # the driver compiles for other GPUs (sm_80 and newer) at load time.
 NVCC      ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=compute_80
+CUDA_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=compute_80
 ifneq ($(NVCC),)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVCCFLAGS  = -O3 -std=c++17 -I. $(CUDA_ARCH) -Xcompiler -Wall,-Wextra $(if $(WERROR),-Werror all-warnings)

@@ -20,6 +20,7 @@
  *   build/cuda-bench prof 8b   one decode step between profiler start/stop
  *                              (ncu --profile-from-start off), no timings;
  *                              prof4k: the step at 4K context
+ *                              profpf: one prefill of 512 tokens
  *   MV_ONLY=i                  only row i of the matvec table
  *   build/cuda-bench gemm ...  instead of the matvec table: the prefill
  *                              GEMM alone at the 8B shapes (SIMT, tensor
@@ -150,7 +151,8 @@ static double time_decode_sampled(const gpu_model *g, gpu_state *s, ks_sampler *
 	return steps / t;
 }
 
-static int g_prof; /* "prof": profile one decode step of each model named */
+static int g_prof; /* "prof": profile one decode step of each model named (1); "prof4k": at 4K
+		    * context (2); "profpf": one prefill of 512 tokens (3) */
 
 static void run(const shape *sh, double bw, result *r)
 {
@@ -191,6 +193,16 @@ static void run(const shape *sh, double bw, result *r)
 	time_prefill(&g, &s, ids, 64);
 	double a = time_prefill(&g, &s, ids, 512), b = time_prefill(&g, &s, ids, 512);
 	r->pf512 = a > b ? a : b;
+	if (g_prof == 3) { /* one prefill of 512, for ncu --profile-from-start off */
+		gpu_state_reset(&s);
+		if (kc_profile(1) || gpu_forward(&g, &s, ids, 512, 0) || kc_profile(0))
+			die("profile prefill");
+		memset(r, 0, sizeof(*r));
+		free(ids);
+		gpu_state_free(&s);
+		gpu_model_free(&g);
+		return;
+	}
 	/* decode at a short context: 16 prompt tokens, the step captured on first use */
 	gpu_state_reset(&s);
 	if (gpu_forward(&g, &s, ids, 16, 0) || gpu_decode_greedy(&g, &s, 4, out))
@@ -486,7 +498,8 @@ static double time_once(int a, int b)
  * with the bias term on the tensor cores; 7: 6 with the scales converted
  * at the fold; 8: 7 with split-K in two where it shortens the waves; 10:
  * 8 with x as one f16 term; 11: 10 with the weights as f16 s c + b in the
- * tile; 12: 11 at 2 blocks per SM; the default is one of them, kcuda.cu
+ * tile; 12: 11 at 2 blocks per SM; 13: 8's arithmetic on wgmma (sm_90);
+ * the default is one of them, kcuda.cu
  * TG_DEFAULT_IMPL): median of 3 calls; TF/s counts 2 rows cols n (the
  * useful work: the tensor-core kernel issues twice that with hi + lo,
  * as much under 10-12). The SIMT GEMM
@@ -504,10 +517,10 @@ static void bench_gemm(const int *ns, int nn)
 	};
 	for (int ni = 0; ni < nn; ni++) {
 		int n = ns[ni];
-		enum { NI = 10 }; /* the variants, in the header's column order */
-		static const int impls[NI] = {3, 4, 2, 5, 6, 7, 8, 10, 11, 12};
+		enum { NI = 11 }; /* the variants, in the header's column order */
+		static const int impls[NI] = {3, 4, 2, 5, 6, 7, 8, 13, 10, 11, 12};
 		static const char *const hdr[NI] = {"r13 us", "1launch", "tc64 us", "128tok", "+bmma",
-						     "+raw", "+splitk", "+f16x", "+f16w", "+2blk"};
+						     "+raw", "+splitk", "wgmma", "+f16x", "+f16w", "+2blk"};
 		printf("\n%-22s n=%-5d", "gemm 8B q4g64", n);
 		for (int i = 0; i < NI; i++)
 			printf(" %9s %6s", hdr[i], "TF/s");
@@ -630,8 +643,9 @@ int main(int argc, char **argv)
 		gemm |= !strcmp(argv[i], "gemm");
 		att |= !strcmp(argv[i], "att");
 		models |= !strcmp(argv[i], "models");
-		g_prof = !strcmp(argv[i], "prof") ? 1 : !strcmp(argv[i], "prof4k") ? 2 : g_prof;
+		g_prof = !strcmp(argv[i], "prof") ? 1 : !strcmp(argv[i], "prof4k") ? 2 : !strcmp(argv[i], "profpf") ? 3 : g_prof;
 		nmodels += strcmp(argv[i], "mv") && strcmp(argv[i], "prof") && strcmp(argv[i], "prof4k") &&
+			   strcmp(argv[i], "profpf") &&
 			   strcmp(argv[i], "gemm") && strcmp(argv[i], "att") && strcmp(argv[i], "models");
 	}
 	if (models) {

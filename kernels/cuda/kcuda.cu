@@ -68,6 +68,7 @@ static int g_pdl = 1; /* launch_pdl: see "programmatic dependent launch" */
 static int g_pdl_add = -1; /* the same for the residual-adding matvecs: see mq_pdl (MLXR_CUDA_PDL_ADD=0|1|2) */
 static int g_mqw; /* MLXR_CUDA_MQW (4, 8; 0: by shape): see mq_launch_w */
 static int g_mqh; /* MLXR_CUDA_MQH=1: no HN = 2 fallback in mq_launch_w (run 36, call 6) */
+static int g_wg_ok; /* compute capability 9.0: k_gemm_wg (sm_90a code) can run */
 static int g_gluw = -1; /* MLXR_CUDA_GLUW=0|1|2 (-1: by shape): see mq_launch_glu_w */
 static int *g_stage;                      /* [KC_STAGE_SLOTS] pinned host */
 static cudaEvent_t g_stage_ev[KC_STAGE_SLOTS];
@@ -130,6 +131,12 @@ extern "C" int kc_init(int dev)
 	for (int i = 0; i < 8; i++)
 		CK(cudaEventCreate(&g_ev[i]));
 	CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
+	{
+		int ma = 0, mi = 0;
+		CK(cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev));
+		CK(cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev));
+		g_wg_ok = ma == 9 && mi == 0; /* k_gemm_wg is sm_90a code */
+	}
 	CK(cudaHostAlloc((void **)&g_stage, KC_STAGE_SLOTS * sizeof(int), cudaHostAllocDefault));
 	for (int i = 0; i < KC_STAGE_SLOTS; i++)
 		CK(cudaEventCreateWithFlags(&g_stage_ev[i], cudaEventDisableTiming));
@@ -2217,9 +2224,11 @@ static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *ds
 		*(uint4 *)(dst + 2 * t) = make_uint4(o[t], o[t + 1], o[t + 2], o[t + 3]);
 }
 
+static __host__ __device__ __forceinline__ int wg_perm(int p);
+
 /* One block per token: x' = x 2^e, hi/lo in staged order, group sums. */
 __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int n, int cols, int group, int bits,
-						 __half *xh, __half *xl, float *xsum, float *inv)
+						 int wgp, __half *xh, __half *xl, float *xsum, float *inv)
 {
 	__shared__ float sh[32];
 	const int t = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -2247,7 +2256,9 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 	for (int gi = wid; gi < ng; gi += nw) {
 		float s = 0.0f;
 		for (int i = lane; i < group; i += 32) {
-			const int q = gi * group + i, col = (q & ~15) | tg_perm(bits, q & 15);
+			/* wgp: k_gemm_wg's order (wg_perm, blocks of 32) */
+			const int q = gi * group + i;
+			const int col = wgp ? (q & ~31) | wg_perm(q & 31) : (q & ~15) | tg_perm(bits, q & 15);
 			const float v = x[col] * sc;
 			const __half h = __float2half_rn(v);
 			hp[q] = h;
@@ -2622,6 +2633,378 @@ __global__ void __launch_bounds__(NT, NT == 128 || (BT & 32) ? 2 : 1)
 					else
 						yr[row] = v;
 				}
+		}
+}
+
+/* ---- prefill: the quantized GEMM on Hopper's wgmma (kc_gemm_impl(13)) ----
+ * The arithmetic of k_gemm_tc's default (x' = x 2^e as f16 hi + lo, the
+ * codes as exact f16 integers, per group P = sum c x' in f32, acc += s P
+ * at the group's end, the bias term after the loop on mma.sync, y = 2^-e
+ * acc + bias), on wgmma.mma_async (sm_90a) instead of mma.sync:
+ * - A (the codes) from registers: each thread dequantizes exactly the
+ *   A-fragment values it feeds (rows 16w + g and + 8 of its warpgroup's
+ *   64, two packed words per row per 32 columns), so codes never pass
+ *   through an f16 tile in shared memory or ldmatrix. For one register
+ *   per pair the columns are permuted within blocks of 32 (wg_perm;
+ *   k_xsplit stages x in the same order).
+ * - B (x hi, x lo) from shared memory through a descriptor: a token's 64
+ *   columns of a k step are one 128-byte row, its 16-byte pieces swizzled
+ *   (piece c at c ^ (token & 7)), 8 rows per 1024-byte atom: the layout
+ *   wgmma reads without bank conflicts (128B swizzle; without it the
+ *   kernel was 1.44x slower, session 11 call 2).
+ * - A block is 2 warpgroups: 128 rows x 128 tokens, each warpgroup 64
+ *   rows; k steps of 64 columns through a cp.async ring. Each warpgroup's
+ *   tokens are two halves of 64 (m64n64k16, P and acc 32 f32 each per
+ *   half), committed as separate wgmma groups, so a half's fold runs
+ *   while the other half's wgmmas are on the tensor cores: wait for lo(k),
+ *   fold it, issue lo(k + 1); wait for hi(k), fold it, issue hi(k + 1).
+ *   A fragments are double-buffered (a step's registers stay read by its
+ *   wgmmas until they are waited for).
+ * 4 bits, f16 / bf16 scales, groups of 64 or 128, cols % 64 == 0
+ * (wg_use); others take impl 8. */
+#define WG_BK 64
+#define WG_NS 5
+#define WG_CLD 48 /* code bytes per row per stage (32 used): conflict-free reads */
+#define WG_XB (128 * WG_BK * 2) /* one x term of a stage */
+#define WG_STAGE (TG_BM * WG_CLD + 2 * WG_XB)
+#define WG_SMEM (WG_NS * WG_STAGE + 1024) /* + alignment of the swizzle atoms */
+
+/* Staged position p (0..31) of a block of 32 columns holds column
+ * wg_perm(p): thread tig's A registers of k step h (0, 1) are pairs
+ * (nibble t, t + 4), t = 2h, 2h + 1, of packed word tig of the block */
+static __host__ __device__ __forceinline__ int wg_perm(int p)
+{
+	return 8 * ((p >> 1) & 3) + 2 * (p >> 4) + ((p >> 3) & 1) + 4 * (p & 1);
+}
+
+static __device__ __forceinline__ void wg_fence(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void wg_commit(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+static __device__ __forceinline__ void wg_wait(void)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+/* keep the compiler from moving register reads / writes across a wgmma
+ * fence or wait (the registers are the wgmma's, not the compiler's) */
+template <int N>
+static __device__ __forceinline__ void wg_pin(float (&r)[N])
+{
+#pragma unroll
+	for (int i = 0; i < N; i++)
+		asm volatile("" : "+f"(r[i])::"memory");
+}
+static __device__ __forceinline__ void wg_pin(uint32_t (&r)[4][4])
+{
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		asm volatile("" : "+r"(r[i / 4][i % 4])::"memory");
+}
+
+/* d (+)= A B, m64n64k16, A = a (this thread's fragment), B through desc;
+ * zero: d = A B */
+static __device__ __forceinline__ void wg_mma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, int zero)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	asm volatile("{\n.reg .pred p;\nsetp.eq.s32 p, %37, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+		     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(zero));
+#else
+	(void)d; (void)a; (void)desc; (void)zero;
+#endif
+}
+
+/* descriptor of a K-major 128B-swizzled tile at shared address addr
+ * (8-token atoms 1024 bytes apart: SBO; LBO unused) */
+static __device__ __forceinline__ uint64_t wg_desc(uint32_t addr)
+{
+	return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+template <class S, int G>
+__global__ void __launch_bounds__(256, 1)
+	k_gemm_wg(const tg_mats M, int cols, const __half *__restrict__ XH, const __half *__restrict__ XL,
+		  const float *__restrict__ XS, const float *__restrict__ INV, int n)
+{
+	static_assert(G == 64 || G == 128, "groups of 64 or 128");
+	extern __shared__ __align__(16) uint8_t tsm_raw[];
+	/* the swizzle atoms (1024 bytes) must be 1024-aligned */
+	uint8_t *tsm = tsm_raw + ((1024 - (smem_u32(tsm_raw) & 1023)) & 1023);
+	constexpr bool BF = std::is_same<S, BF16>::value;
+	constexpr float SC = 0.00390625f; /* acc in units of 2^-8 (bias term on the tensor cores) */
+	const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, w = (tid >> 5) & 3, g = lane >> 2, tig = lane & 3;
+	const uint8_t *W = M.w[0];
+	const void *SB = M.sb[0];
+	int rows = M.rows[0], t0 = 0;
+#pragma unroll
+	for (int i = 1; i < KC_MAX_FUSE; i++)
+		if ((int)blockIdx.y >= M.tile0[i]) {
+			W = M.w[i]; SB = M.sb[i]; rows = M.rows[i]; t0 = M.tile0[i];
+		}
+	const int tok0 = blockIdx.x * 128, row0 = ((int)blockIdx.y - t0) * TG_BM;
+	const int ngp = sb_ngp(cols, G), tsh = sb_tsh(G);
+	/* split-K as k_gemm_tc's BT & 4 (gridDim.z 1 or 2; halves of whole groups) */
+	const int kspan = cols / (int)gridDim.z, kbase = (int)blockIdx.z * kspan, nk = kspan / WG_BK;
+	const uint32_t smem0 = smem_u32(tsm);
+	/* copies: codes, one 16-byte piece per thread (row tid / 2); x, 4
+	 * pieces per term: piece p = tid + 256 u is token row 8 ((tid >> 6) +
+	 * 4 u) + (tid & 7), 16-byte piece xcb = (tid >> 3) & 7, stored at
+	 * piece xcb ^ (tid & 7) of its row */
+	const uint8_t *wsrc = W + (size_t)min(row0 + (tid >> 1), rows - 1) * ((size_t)cols / 2) + kbase / 2 + (tid & 1) * 16;
+	const uint32_t cdst = smem0 + (tid >> 1) * WG_CLD + (tid & 1) * 16;
+	const int xcb = (tid >> 3) & 7;
+	const uint32_t xdst = smem0 + TG_BM * WG_CLD + ((tid >> 6) * 8 + (tid & 7)) * 128 + ((xcb ^ (tid & 7)) * 16);
+	const __half *xh[4], *xl[4];
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		const size_t o = (size_t)min(tok0 + ((tid >> 6) + 4 * u) * 8 + (tid & 7), n - 1) * cols + kbase + xcb * 8;
+		xh[u] = XH + o;
+		xl[u] = XL + o;
+	}
+	auto issue = [&](int kt, int stg) {
+		const uint32_t sb = stg * WG_STAGE;
+		cp_async<16>(cdst + sb, wsrc + (size_t)kt * 32);
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			cp_async<16>(xdst + sb + u * 4096, xh[u] + kt * WG_BK);
+			cp_async<16>(xdst + sb + WG_XB + u * 4096, xl[u] + kt * WG_BK);
+		}
+	};
+	/* this thread's rows (block-local): r = 64 wg + 16 w + g, r + 8 */
+	const int rl = 64 * wg + 16 * w + g;
+	const uint32_t crd = rl * WG_CLD + 4 * tig;
+	const uint64_t d0 = wg_desc(smem0 + TG_BM * WG_CLD);
+	float acc[64], P[2][32];
+#pragma unroll
+	for (int j = 0; j < 64; j++)
+		acc[j] = 0.0f;
+	uint32_t sw[2][S::SW];
+	auto load_group = [&](int gi) {
+#pragma unroll
+		for (int h = 0; h < 2; h++)
+			sb_words<S>(SB, sb_at(min(row0 + rl + 8 * h, rows - 1), gi, ngp, tsh), sw[h]);
+	};
+	/* the A fragments of step kt (its stage's codes) */
+	auto dequant = [&](int stg, uint32_t(&a)[4][4]) {
+		const uint8_t *cs = tsm + stg * WG_STAGE + crd;
+		uint32_t wd[2][2]; /* [row half][32-column block] */
+		wd[0][0] = *(const uint32_t *)cs;
+		wd[0][1] = *(const uint32_t *)(cs + 16);
+		wd[1][0] = *(const uint32_t *)(cs + 8 * WG_CLD);
+		wd[1][1] = *(const uint32_t *)(cs + 8 * WG_CLD + 16);
+#pragma unroll
+		for (int s = 0; s < 4; s++) {
+			const int b = s >> 1, t = 2 * (s & 1);
+			a[s][0] = tg_int_pair(and_or<0x000F000Fu, 0x64006400u>(wd[0][b] >> (4 * t)));
+			a[s][1] = tg_int_pair(and_or<0x000F000Fu, 0x64006400u>(wd[1][b] >> (4 * t)));
+			a[s][2] = tg_int_pair(and_or<0x000F000Fu, 0x64006400u>(wd[0][b] >> (4 * t + 4)));
+			a[s][3] = tg_int_pair(and_or<0x000F000Fu, 0x64006400u>(wd[1][b] >> (4 * t + 4)));
+		}
+		wg_pin(a);
+	};
+	/* Straight-line wgmma code only: where paths with different wgmma
+	 * groups in flight join before an accumulator read, ptxas serialized
+	 * every wgmma (C7514; session 11). So the step's parity (odd: the
+	 * second step of a group of 128) is a compile-time value (ODD), and
+	 * the last step is its own code (no "more" branch). */
+	/* token half h of step kt: 4 k steps x (hi, lo), one wgmma group; P
+	 * starts from zero at a group's first step */
+	auto mma_half = [&](auto odd, int stg, int h, const uint32_t(&a)[4][4]) {
+		constexpr bool ZERO = G == 64 || !decltype(odd)::value; /* kbase is a multiple of G */
+		const uint64_t ds = d0 + (uint64_t)((stg * WG_STAGE + h * 8192) >> 4);
+#pragma unroll
+		for (int s = 0; s < 4; s++) {
+			wg_mma(P[h], a[s], ds + (uint64_t)((s * 32) >> 4), ZERO && s == 0);
+			wg_mma(P[h], a[s], ds + (uint64_t)((WG_XB + s * 32) >> 4), 0);
+		}
+		wg_commit();
+	};
+	/* acc half h += s P[h] where the step ends a group */
+	auto fold = [&](auto odd, int h) {
+		if constexpr (G == 64 || decltype(odd)::value) {
+			wg_pin(P[h]);
+			float sv[2];
+#pragma unroll
+			for (int r = 0; r < 2; r++)
+				sv[r] = S::ps(sw[r]) * SC;
+#pragma unroll
+			for (int j = 0; j < 32; j++)
+				acc[32 * h + j] = fmaf(sv[(j >> 1) & 1], P[h][j], acc[32 * h + j]);
+			wg_pin(P[h]);
+		}
+	};
+	/* one step with a next: lo(kt) and hi(kt) are in flight on a; the
+	 * next step's fragments go to an */
+	auto step = [&](auto odd, int kt, int stg, uint32_t(&a)[4][4], uint32_t(&an)[4][4]) {
+		using NX = std::integral_constant<bool, !decltype(odd)::value>;
+		const int stn = stg + 1 == WG_NS ? 0 : stg + 1;
+		/* first, while lo(kt) and hi(kt) of both warpgroups are queued on
+		 * the tensor cores: step kt + 1's copies, the barrier, the refill
+		 * and an (hi(kt - 1), the last reader of an and of step kt - 1's
+		 * stage, was waited for in the previous step, by every thread
+		 * before this barrier) */
+		cp_wait<WG_NS - 3>(); /* this thread's copies of step kt + 1 */
+		asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+		__syncthreads(); /* everyone's */
+		if (kt + WG_NS - 1 < nk)
+			issue(kt + WG_NS - 1, stg == 0 ? WG_NS - 1 : stg - 1);
+		cp_commit();
+		dequant(stn, an);
+		wg_wait<1>(); /* lo(kt) (and everything before it) */
+		fold(odd, 0);
+		wg_fence();
+		mma_half(NX(), stn, 0, an);
+		wg_wait<1>(); /* hi(kt) */
+		fold(odd, 1);
+		if (G == 64 || decltype(odd)::value)
+			load_group((kbase + (kt + 1) * WG_BK) / G);
+		wg_fence();
+		mma_half(NX(), stn, 1, an);
+		return stn;
+	};
+	auto last = [&](auto odd) { /* the last step: lo and hi in flight */
+		wg_wait<1>();
+		fold(odd, 0);
+		wg_wait<0>();
+		fold(odd, 1);
+	};
+	using EVEN = std::integral_constant<bool, false>;
+	using ODD = std::integral_constant<bool, true>;
+
+#pragma unroll
+	for (int s = 0; s < WG_NS - 1; s++) {
+		if (s < nk)
+			issue(s, s);
+		cp_commit();
+	}
+	load_group(kbase / G);
+	uint32_t a0[4][4], a1[4][4];
+	cp_wait<WG_NS - 2>();
+	asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+	__syncthreads();
+	dequant(0, a0);
+	wg_fence();
+	mma_half(EVEN(), 0, 0, a0);
+	mma_half(EVEN(), 0, 1, a0);
+	int stg = 0, kt = 0;
+	for (; kt + 2 < nk; kt += 2) {
+		stg = step(EVEN(), kt, stg, a0, a1);
+		stg = step(ODD(), kt + 1, stg, a1, a0);
+	}
+	if (kt + 1 < nk) { /* two steps left (always for groups of 128: nk is even) */
+		step(EVEN(), kt, stg, a0, a1);
+		last(ODD());
+	} else {
+		last(EVEN());
+	}
+	/* the bias term: 16 groups per mma.sync (b as A, the x sums as B),
+	 * this warp's 16 rows x 16 token tiles of 8 */
+	{
+		const int ng = (kbase + kspan) / G;
+		for (int g0 = kbase / G; g0 < ng; g0 += 16) {
+			uint32_t ab[4];
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+#pragma unroll
+				for (int q = 0; q < 2; q++) {
+					const int row = min(row0 + rl + 8 * h, rows - 1), k = g0 + 2 * tig + 8 * q;
+					float s_, b0 = 0.0f, b1 = 0.0f;
+					if (k < ng)
+						S::ldp(SB, sb_at(row, k, ngp, tsh), s_, b0);
+					if (k + 1 < ng)
+						S::ldp(SB, sb_at(row, k + 1, ngp, tsh), s_, b1);
+					ab[h + 2 * q] = BF ? tg_b2(b0, b1) : tg_h2(b0, b1);
+				}
+#pragma unroll
+			for (int ni = 0; ni < 16; ni++) {
+				const int tok = min(tok0 + ni * 8 + g, n - 1);
+				uint32_t xb[3][2];
+#pragma unroll
+				for (int q = 0; q < 2; q++) {
+					const int k = g0 + 2 * tig + 8 * q;
+					float v[2];
+#pragma unroll
+					for (int j = 0; j < 2; j++)
+						v[j] = k + j < ng ? __ldg(XS + (size_t)(k + j) * n + tok) * SC : 0.0f;
+					if (BF) {
+						float r[2], t[2];
+#pragma unroll
+						for (int j = 0; j < 2; j++) {
+							r[j] = __bfloat162float(__float2bfloat16_rn(v[j]));
+							t[j] = __bfloat162float(__float2bfloat16_rn(v[j] - r[j]));
+						}
+						xb[0][q] = tg_b2(r[0], r[1]);
+						xb[1][q] = tg_b2(t[0], t[1]);
+						xb[2][q] = tg_b2(v[0] - r[0] - t[0], v[1] - r[1] - t[1]);
+					} else {
+						float r[2];
+#pragma unroll
+						for (int j = 0; j < 2; j++)
+							r[j] = __half2float(__float2half_rn(v[j]));
+						xb[0][q] = tg_h2(r[0], r[1]);
+						xb[1][q] = tg_h2(v[0] - r[0], v[1] - r[1]);
+					}
+				}
+				float(&c)[4] = *(float(*)[4])(acc + 4 * ni);
+#pragma unroll
+				for (int p = 0; p < (BF ? 3 : 2); p++) {
+					if (BF)
+						tg_mma_bf(c, ab, xb[p]);
+					else
+						tg_mma(c, ab, xb[p]);
+				}
+			}
+		}
+	}
+	const float *bias = M.bias[0];
+	float *Y = M.y[0];
+#pragma unroll
+	for (int i = 1; i < KC_MAX_FUSE; i++)
+		if ((int)blockIdx.y >= M.tile0[i]) {
+			bias = M.bias[i]; Y = M.y[i];
+		}
+	float bz[2];
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const int row = row0 + rl + 8 * h;
+		bz[h] = bias && row < rows && blockIdx.z == 0 ? __ldg(bias + row) : 0.0f;
+	}
+#pragma unroll
+	for (int ni = 0; ni < 16; ni++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int tok = tok0 + ni * 8 + 2 * tig + e;
+			if (tok >= n)
+				continue;
+			const float iz = __ldg(INV + tok) * (1.0f / SC);
+			float *yr = Y + (size_t)tok * rows;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const int row = row0 + rl + 8 * h;
+				if (row >= rows)
+					continue;
+				const float v = fmaf(acc[4 * ni + 2 * h + e], iz, bz[h]);
+				if (gridDim.z > 1)
+					atomicAdd(yr + row, v);
+				else
+					yr[row] = v;
+			}
 		}
 }
 
@@ -3022,6 +3405,7 @@ struct tg_x {
 	const __half *xh, *xl;
 	const float *xs, *inv;
 	int n, cols, group, bits;
+	int wg; /* staged for k_gemm_wg (wg_perm order) */
 };
 
 static size_t tg_ws_bytes(int n, int cols, int group)
@@ -3053,7 +3437,7 @@ extern "C" int kc_linear_reserve(int n, int cols)
 
 extern "C" int kc_gemm_impl(int impl)
 {
-	if (impl == 9 || impl > 12) /* no such variant (9: rejected in run 31) */
+	if (impl == 9 || impl > 13) /* no such variant (9: rejected in run 31) */
 		return -1;
 	return impl_swap(&g_gemm_impl, impl);
 }
@@ -3069,16 +3453,31 @@ static int tg_impl(void);
 /* kc_gemm_impl 10-12: x as one f16 term (k steps of 64 only: tg_launch) */
 static int tg_one_term(int impl) { return impl >= 10 && impl <= 12; }
 
-static int tg_split(const float *x, int n, int cols, int group, int bits, tg_x *o)
+/* kc_gemm_impl(13): k_gemm_wg takes count matrices on one split x where the
+ * device runs sm_90a code, the codes are 4 bits in groups of 64 or 128,
+ * cols % 64 == 0 and every scale dtype is f16 or bf16 (the bias term on
+ * the tensor cores); else impl 8's kernel */
+static int wg_use(int count, const kq_matrix *const *ms)
+{
+	if (tg_impl() != 13 || !g_wg_ok || ms[0]->bits != 4 || ms[0]->cols % 64 ||
+	    (ms[0]->group_size != 64 && ms[0]->group_size != 128))
+		return 0;
+	for (int i = 0; i < count; i++)
+		if (ms[i]->sdt != KDT_F16 && ms[i]->sdt != KDT_BF16)
+			return 0;
+	return 1;
+}
+
+static int tg_split(const float *x, int n, int cols, int group, int bits, int wg, tg_x *o)
 {
 	if (tg_reserve(tg_ws_bytes(n, cols, group)))
 		return -1;
 	__half *xh = (__half *)g_tg_ws, *xl = xh + (size_t)n * cols;
 	float *xs = (float *)(xl + (size_t)n * cols), *inv = xs + (size_t)n * (cols / group);
 	const int one = tg_one_term(tg_impl()) && cols % 64 == 0; /* hi only */
-	k_xsplit<<<n, 256, 0, g_stream>>>(x, n, cols, group, bits, xh, one ? NULL : xl, xs, inv);
+	k_xsplit<<<n, 256, 0, g_stream>>>(x, n, cols, group, bits, wg, xh, one ? NULL : xl, xs, inv);
 	LAUNCHED("k_xsplit");
-	*o = {xh, xl, xs, inv, n, cols, group, bits};
+	*o = {xh, xl, xs, inv, n, cols, group, bits, wg};
 	return 0;
 }
 
@@ -3108,7 +3507,7 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
  *    (run 31: 2108 / 15484);
  * 8: 7 with split-K in two where that shortens the launch's waves
  *    (tg_ksplit: 8B q/k/v at n = 512 is 192 blocks on 132 SMs; 340 ->
- *    258 us): 2031 / 15462 (run 31), the default;
+ *    258 us): 2031 / 15462 (run 31); the default before session 11;
  * 10: 8 with x as one f16 term (hi only, no lo): half the mmas and half
  *    the staged X, at f16's precision for x: 1533 / 11413 (session 5,
  *    call 1);
@@ -3118,13 +3517,16 @@ static int tg_launch_bk(const tg_mats &M, int tiles, const tg_x &x, int ks = 1)
  *    7679 (session 5, call 2); 1089 / 7640 with tg_ksplit counting waves
  *    of two blocks per SM too (call 5), KC_GEMM_FAST. 10-12 are opt-in (the
  *    user's --fast-prefill): the default keeps x hi + lo and exact codes.
+ * 13: 8's arithmetic on Hopper's wgmma (k_gemm_wg) where wg_use holds
+ *    (sm_90a, 4 bits, groups of 64 / 128, f16 / bf16 scales), else 8:
+ *    1285 / 9753 (session 11 call 4), the default.
  * Rejected in run 28: 256 threads as 8 warps of 32 x 32 tiles under 128
  * registers (2 blocks, 16 warps per SM): 2751 vs 2303 us per layer, ~40%
  * more instructions per mma. Rejected in run 31 (470b74a): 9, the GLU in
  * the gate/up store (a block of 64 gate + the same 64 up rows, up to the
  * gate warps through shared memory): correct, but gate/up + GLU took 1174
  * vs 1052 us at n = 512 and 9751 vs 8161 at 4096. */
-#define TG_DEFAULT_IMPL 8
+#define TG_DEFAULT_IMPL 13
 static int tg_impl(void)
 {
 	return g_gemm_impl == 0 ? TG_DEFAULT_IMPL : g_gemm_impl;
@@ -3142,7 +3544,7 @@ static int tg_impl(void)
 static int tg_ksplit(const tg_x &x, int tiles)
 {
 	const int half = x.cols / 2;
-	if ((tg_impl() != 8 && !tg_one_term(tg_impl())) || x.cols % 128 || half % x.group)
+	if ((tg_impl() != 8 && tg_impl() != 13 && !tg_one_term(tg_impl())) || x.cols % 128 || half % x.group)
 		return 1;
 	const long b = (long)((x.n + 127) / 128) * tiles;
 	auto shorter = [b](long slots) { /* 2b half blocks in <= 0.8 of b's waves */
@@ -3163,7 +3565,7 @@ static int tg_launch(const tg_mats &M, int tiles, const tg_x &x, int ks)
 		return tg_launch_bk<BITS, S, 64, 256, 28>(M, tiles, x, ks);
 	if (impl == 10 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 15>(M, tiles, x, ks);
-	if (impl == 8 && x.cols % 64 == 0)
+	if ((impl == 8 || impl == 13) && x.cols % 64 == 0) /* 13: where k_gemm_wg does not apply */
 		return tg_launch_bk<BITS, S, 64, 256, 7>(M, tiles, x, ks);
 	if (impl == 7 && x.cols % 64 == 0)
 		return tg_launch_bk<BITS, S, 64, 256, 3>(M, tiles, x);
@@ -3220,6 +3622,19 @@ static int tg_run(int count, const kq_matrix *const *ms, const tg_x &x, const fl
 	if (ks > 1) /* the halves add into zeros (k_gemm_tc, BT & 4) */
 		for (int i = 0; i < count; i++)
 			CK(cudaMemsetAsync(y[i], 0, (size_t)x.n * ms[i]->rows * 4, g_stream));
+	if (x.wg) {
+		dim3 grid((x.n + 127) / 128, tiles, ks);
+		g_path[KC_PATH_GEMM_WG]++;
+		const int f16 = ms[0]->sdt == KDT_F16;
+		if (x.group == 64)
+			(f16 ? k_gemm_wg<F16, 64> : k_gemm_wg<BF16, 64>)<<<grid, 256, WG_SMEM, g_stream>>>(
+				M, x.cols, x.xh, x.xl, x.xs, x.inv, x.n);
+		else
+			(f16 ? k_gemm_wg<F16, 128> : k_gemm_wg<BF16, 128>)<<<grid, 256, WG_SMEM, g_stream>>>(
+				M, x.cols, x.xh, x.xl, x.xs, x.inv, x.n);
+		LAUNCHED("k_gemm_wg");
+		return 0;
+	}
 	switch (ms[0]->sdt) {
 	case KDT_F32: return tg_dispatch<F32>(ms[0]->bits, M, tiles, x, ks);
 	case KDT_F16: return tg_dispatch<F16>(ms[0]->bits, M, tiles, x, ks);
@@ -3249,6 +3664,10 @@ static int tg_attr(void)
 	TG_ATTR(2, 64, 256); TG_ATTR(3, 64, 256); TG_ATTR(4, 64, 256); TG_ATTR(5, 64, 256); TG_ATTR(6, 64, 256);
 	TG_ATTR(8, 64, 256);
 	TG_ATTRB(2); TG_ATTRB(3); TG_ATTRB(4); TG_ATTRB(5); TG_ATTRB(6); TG_ATTRB(8);
+	if constexpr (!std::is_same<S, F32>::value) /* k_gemm_wg: f16 / bf16 scales */
+		if (g_wg_ok)
+			for (auto k : {k_gemm_wg<S, 64>, k_gemm_wg<S, 128>})
+				CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
 	return 0;
 }
 #undef TG_ATTR
@@ -3411,7 +3830,9 @@ extern "C" int kc_linear(const kq_matrix *m, const float *x, int n, const float 
 		const kq_matrix *ms[1] = {m};
 		const float *bs[1] = {bias};
 		float *ys[1] = {y};
-		return tg_split(x, n, m->cols, m->group_size, m->bits, &sx) || tg_run(1, ms, sx, bs, ys) ? -1 : 0;
+		return tg_split(x, n, m->cols, m->group_size, m->bits, wg_use(1, ms), &sx) || tg_run(1, ms, sx, bs, ys)
+			       ? -1
+			       : 0;
 	}
 	kdtype dt = m->bits ? m->sdt : m->wdt;
 	switch (dt) {
@@ -3446,7 +3867,7 @@ extern "C" int kc_linear_multi(int count, const kq_matrix *const *ms, const floa
 	}
 	if (split) { /* one split of x for all of them; one launch where the scale dtypes agree */
 		tg_x sx;
-		if (tg_split(x, n, ms[0]->cols, ms[0]->group_size, ms[0]->bits, &sx))
+		if (tg_split(x, n, ms[0]->cols, ms[0]->group_size, ms[0]->bits, wg_use(count, ms), &sx))
 			return -1;
 		if (one)
 			return tg_run(count, ms, sx, bias, y);

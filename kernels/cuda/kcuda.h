@@ -102,7 +102,10 @@ int kc_linear_reserve(int n, int cols);
  * tile: no per-group fold), 12 11 at 2 blocks per SM (8 bits: 11's
  * kernel; tests and benchmarks compare them). 10-12 apply where cols %
  * 64 == 0 (else the f32-class kernel: KC_PATH_GEMM_F16X counts them).
- * impl < 0 only reads; returns the previous setting; 9 or above 12: -1,
+ * 13: 8's arithmetic (f32-class) on Hopper's wgmma where the device is
+ * sm_90 and the matrices are 4 bits in groups of 64 or 128 with f16 / bf16
+ * scales and cols % 64 == 0 (KC_PATH_GEMM_WG counts them), else 8.
+ * impl < 0 only reads; returns the previous setting; 9 or above 13: -1,
  * nothing set; not thread-safe. */
 int kc_gemm_impl(int impl);
 /* The variant a user's fast prefill selects (x and the weights rounded to
@@ -264,6 +267,8 @@ typedef enum {
 			     * (kc_gemm_impl 10-12 where cols % 64 == 0) */
 	KC_PATH_ATT_F16,    /* kc_attention on the tensor cores (k_attn_fa16,
 			     * kc_attention_impl 5, 6) */
+	KC_PATH_GEMM_WG,    /* a GEMM launch of k_gemm_wg (kc_gemm_impl 13 on
+			     * sm_90: 4 bits, f16/bf16 scales, cols % 64 == 0) */
 	KC_PATH_COUNT
 } kc_path;
 /* Calls that took path p since the start or kc_path_reset; 0 for p out of range. */

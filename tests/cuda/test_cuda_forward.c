@@ -491,7 +491,7 @@ int main(int argc, char **argv)
 		gpu_model_free(&g);
 		unbuild(&m);
 	}
-	/* the prefill GEMMs took split-K somewhere under GEMM_IMPL=8 or 10-12 (the
+	/* the prefill GEMMs took split-K somewhere under GEMM_IMPL=8, 10-12 or 13 (the
 	 * random models' q/k/v and down launches are grids of a few blocks on
 	 * cols that split: on any device of 16 SMs or more), and never under the
 	 * other explicit variants; the default (0) is not checked (its variant
@@ -500,9 +500,20 @@ int main(int argc, char **argv)
 	if (gi) {
 		const int ran = kc_path_count(KC_PATH_SPLITK) > 0;
 		checks++;
-		if (ran != (gi == 8 || (gi >= 10 && gi <= 12))) {
+		if (ran != (gi == 8 || gi == 13 || (gi >= 10 && gi <= 12))) {
 			failures++;
 			printf("FAIL gemm impl %d: split-K %s\n", gi, ran ? "ran" : "never ran");
+		}
+	}
+	if (gi == 13) { /* the wgmma GEMM took the 4-bit f16 / bf16 matrices on an sm_90 device */
+		char dn[128];
+		size_t mem;
+		const int sm90 = !kc_device_info(dn, sizeof(dn), &mem) && strstr(dn, "(sm_90,") != NULL;
+		const int ran = kc_path_count(KC_PATH_GEMM_WG) > 0;
+		checks++;
+		if (ran != sm90) {
+			failures++;
+			printf("FAIL gemm impl 13: k_gemm_wg %s on %s\n", ran ? "ran" : "never ran", dn);
 		}
 	}
 	printf("greedy divergences excused as near-ties: %d (prompts on an f16 prefill path: %d)\n", g_near_ties,

@@ -250,11 +250,11 @@ static void test_linear(const kernel_table *R, int rows, int cols, int bits, int
 
 static const char *gemm_impl_name(void)
 {
-	static const char *const names[13] = {"tc", "simt", "tc64", "tc32/each", "tc32", "tc128tok", "tc128tok+bmma",
+	static const char *const names[14] = {"tc", "simt", "tc64", "tc32/each", "tc32", "tc128tok", "tc128tok+bmma",
 					      "tc128tok+bmma+raw", "tc128tok+raw+splitk", "tc", "tc+f16x",
-					      "tc+f16x+f16w", "tc+f16x+f16w/2"};
+					      "tc+f16x+f16w", "tc+f16x+f16w/2", "wgmma"};
 	const int i = kc_gemm_impl(-1);
-	return i >= 0 && i < 13 ? names[i] : "tc";
+	return i >= 0 && i < 14 ? names[i] : "tc";
 }
 
 /* The tolerance of the GEMM launch(es) just made, with
@@ -289,11 +289,11 @@ static int g_impl_base;
 static int gemm_impls(int multi)
 {
 	g_impl_base = kc_gemm_impl(-1);
-	return g_impl_base ? 1 : multi ? 11 : 10;
+	return g_impl_base ? 1 : multi ? 12 : 11;
 }
 static void gemm_impl_at(int i)
 {
-	static const int tc[11] = {0, 5, 6, 7, 8, 10, 11, 12, 2, 4, 3};
+	static const int tc[12] = {0, 5, 6, 7, 8, 13, 10, 11, 12, 2, 4, 3};
 	kc_gemm_impl(g_impl_base ? g_impl_base : tc[i]);
 }
 
@@ -317,10 +317,11 @@ static int splitk_expected(int n, int cols, int gs, int bits, int tiles)
 }
 
 /* After one GEMM launch of that shape under the current kc_gemm_impl,
- * with kc_path_count(KC_PATH_SPLITK) at `before` ahead of it: under 8 and
- * 10-12 the split-K path ran exactly where splitk_expected says; under the
- * other explicit variants (1-7) it never ran; the default (0) is not
- * checked here (its variant may change; it is 8 now, checked as 8).
+ * with kc_path_count(KC_PATH_SPLITK) at `before` ahead of it: under 8,
+ * 10-12 and 13 the split-K path ran exactly where splitk_expected says;
+ * under the other explicit variants (1-7) it never ran; the default (0)
+ * is not checked here (its variant may change; it is 13 now, checked as
+ * 13 through the test's GEMM_IMPL list).
  * g_splitk counts the cases that asserted a split. */
 static int g_splitk;
 static void expect_splitk(const char *name, uint64_t before, int n, int cols, int gs, int bits, int tiles)
@@ -328,11 +329,35 @@ static void expect_splitk(const char *name, uint64_t before, int n, int cols, in
 	const int impl = kc_gemm_impl(-1), ran = kc_path_count(KC_PATH_SPLITK) > before;
 	if (impl == 0)
 		return;
-	const int want = (impl == 8 || (impl >= 10 && impl <= 12)) && splitk_expected(n, cols, gs, bits, tiles);
+	const int want = (impl == 8 || impl == 13 || (impl >= 10 && impl <= 12)) && splitk_expected(n, cols, gs, bits, tiles);
 	char what[160];
 	snprintf(what, sizeof(what), "%s: split-K %s", name, want ? "ran" : "did not run");
 	expect(ran == want, what);
 	g_splitk += want;
+}
+
+/* Whether kc_gemm_impl(13) takes k_gemm_wg for a launch of that shape:
+ * 4 bits in groups of 64 or 128, f16 / bf16 scales, cols % 64 == 0, on an
+ * sm_90 device (kcuda.cu
+ * wg_use; keep in step). Under 13, expect_wg checks that it ran exactly
+ * there; g_wg counts the launches that asserted it ran. */
+static int g_wg;
+static int wg_device(void)
+{
+	char name[128];
+	size_t mem;
+	return !kc_device_info(name, sizeof(name), &mem) && strstr(name, "(sm_90,") != NULL;
+}
+static void expect_wg(const char *name, uint64_t before, int n, int cols, int bits, int gs, kdtype sdt)
+{
+	if (kc_gemm_impl(-1) != 13 || n < 2)
+		return;
+	const int ran = kc_path_count(KC_PATH_GEMM_WG) > before;
+	const int want = wg_device() && bits == 4 && (gs == 64 || gs == 128) && sdt != KDT_F32 && cols % 64 == 0;
+	char what[160];
+	snprintf(what, sizeof(what), "%s: k_gemm_wg %s", name, want ? "ran" : "did not run");
+	expect(ran == want, what);
+	g_wg += want;
 }
 
 /* The prefill GEMM alone: n tokens (n > 1), poisoned output, bias on odd
@@ -360,6 +385,7 @@ static void test_gemm(const kernel_table *R, int rows, int cols, int bits, int g
 		gemm_impl_at(ii);
 		poison(dy, (size_t)n * rows * 4);
 		const uint64_t sk = kc_path_count(KC_PATH_SPLITK), fx = kc_path_count(KC_PATH_GEMM_F16X);
+		const uint64_t wgc = kc_path_count(KC_PATH_GEMM_WG);
 		if (kc_linear(&d, dx, n, use_bias ? db : NULL, dy))
 			die("kc_linear");
 		/* tokens 0-1 apart: the outlier's outputs would hide the others' errors */
@@ -368,6 +394,7 @@ static void test_gemm(const kernel_table *R, int rows, int cols, int bits, int g
 		const double tol = gemm_tol(name, fx, cols, n);
 		compare(name, dy, ref, (size_t)2 * rows, tol);
 		expect_splitk(name, sk, n, cols, gs, bits, (rows + 127) / 128);
+		expect_wg(name, wgc, n, cols, bits, gs, sdt);
 		if (n > 2) {
 			snprintf(name, sizeof(name), "gemm %s b%d g%d %s %dx%d n%d%s", gemm_impl_name(), bits, gs,
 				 dtn(sdt), rows, cols, n, use_bias ? " +bias" : "");
@@ -518,6 +545,7 @@ static void test_fused_rows(const kernel_table *R, int bits, int gs, kdtype sdt,
 		for (int i = 0; i < count; i++)
 			poison(dy[i], (size_t)n * rows[i] * 4);
 		const uint64_t sk = kc_path_count(KC_PATH_SPLITK), fx = kc_path_count(KC_PATH_GEMM_F16X);
+		const uint64_t wgc = kc_path_count(KC_PATH_GEMM_WG);
 		if (kc_linear_multi(count, dp, dx, n, db, dy))
 			die("kc_linear_multi");
 		int tiles = 0;
@@ -534,6 +562,7 @@ static void test_fused_rows(const kernel_table *R, int bits, int gs, kdtype sdt,
 		}
 		if (n > 1) /* one launch over all the row tiles (one scale dtype) */
 			expect_splitk(name, sk, n, cols, gs, bits, tiles);
+		expect_wg(name, wgc, n, cols, bits, gs, sdt);
 	}
 	if (n > 1)
 		kc_gemm_impl(g_impl_base);
@@ -1407,6 +1436,9 @@ gemm:;
 	 * the 5120-row one are grids of 2 to 16 blocks, which split on any
 	 * device of 32 SMs or more: this fails if no case claimed a split */
 	expect(g_splitk > 0, "gemm: some cases claimed split-K (kc_gemm_impl 8, 10-12) and were checked");
+	/* on an sm_90 device kc_gemm_impl(13) took the wgmma kernel for the 4-bit
+	 * f16 / bf16 cases (expect_wg) */
+	expect(!wg_device() || g_wg > 0, "gemm: kc_gemm_impl 13 ran k_gemm_wg on this sm_90 device");
 	/* the SIMT GEMM (dense weights take it always; every matrix under kc_gemm_impl(1)) */
 	kc_gemm_impl(1);
 	for (int bi = 0; bi < 6; bi += 2)
