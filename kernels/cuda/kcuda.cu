@@ -422,6 +422,25 @@ static __device__ __forceinline__ float warp_sum(float v)
 	return v;
 }
 
+static __device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+/* A power of two sc = 2^(140 - E) for a max |x| mx of biased exponent E:
+ * max |x sc| in [2^13, 2^14) (f16's range with room), sc and *inv = 1 /
+ * sc both normal (E clamped), so x sc and (x sc) * inv are exact. */
+static __device__ __forceinline__ float pow2_scale(float mx, float *inv)
+{
+	int se = 267 - (int)((__float_as_uint(mx) >> 23) & 0xff);
+	se = se < 1 ? 1 : se > 253 ? 253 : se;
+	*inv = __uint_as_float((uint32_t)(254 - se) << 23);
+	return __uint_as_float((uint32_t)se << 23);
+}
+
 /* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread
  * gets the result. sh: 32 floats of shared memory. */
 static __device__ float block_sum(float v, float *sh)
@@ -2236,21 +2255,17 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 	float mx = 0.0f;
 	for (int j = threadIdx.x; j < cols; j += blockDim.x)
 		mx = fmaxf(mx, fabsf(x[j]));
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1)
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+	mx = warp_max(mx);
 	if (lane == 0)
 		sh[wid] = mx;
 	__syncthreads();
 	mx = 0.0f;
 	for (int w = 0; w < nw; w++)
 		mx = fmaxf(mx, sh[w]);
-	/* scale 2^(140 - E): max |x'| in [2^13, 2^14); scale and 1/scale normal */
-	int se = 267 - (int)((__float_as_uint(mx) >> 23) & 0xff);
-	se = se < 1 ? 1 : se > 253 ? 253 : se;
-	const float sc = __uint_as_float((uint32_t)se << 23);
+	float iv;
+	const float sc = pow2_scale(mx, &iv);
 	if (threadIdx.x == 0)
-		inv[t] = __uint_as_float((uint32_t)(254 - se) << 23);
+		inv[t] = iv;
 	const int ng = cols / group;
 	__half *hp = xh + (size_t)t * cols, *lp = xl ? xl + (size_t)t * cols : NULL;
 	for (int gi = wid; gi < ng; gi += nw) {
@@ -4733,9 +4748,13 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 static __host__ __device__ constexpr int ft_kt(int hd) { return hd == 256 ? 32 : 64; }
 
-static size_t ft_smem(int hd, int nw)
+/* X3 (f32-class): K and V tiles and Q as hi and lo, plus a scale per key */
+static size_t ft_smem(int hd, int nw, bool x3)
 {
 	const size_t kt = (size_t)ft_kt(hd), ldh = (size_t)hd + 8;
+	if (x3)
+		return 2 * kt * hd * sizeof(float) + 4 * kt * ldh * sizeof(__half) + 2 * (size_t)16 * nw * ldh * sizeof(__half) +
+		       2 * kt * sizeof(float);
 	return 2 * kt * hd * sizeof(float) + 2 * kt * ldh * sizeof(__half) +
 	       (hd > 128 ? (size_t)16 * nw * ldh * sizeof(__half) : 0);
 }
@@ -4747,7 +4766,41 @@ static __device__ __forceinline__ void ft_ldsm4t(uint32_t (&r)[4], uint32_t addr
 		     : "r"(addr));
 }
 
-template <int HD, int NW>
+/* a and b rounded to f16 (the pair's hi word), *lo their remainders */
+static __device__ __forceinline__ uint32_t ft_hilo(float a, float b, uint32_t *lo)
+{
+	const __half2 h = __floats2half2_rn(a, b);
+	*lo = tg_h2(a - __low2float(h), b - __high2float(h));
+	return *(const uint32_t *)&h;
+}
+
+/* X3: one row of HD floats (V = HD / 32 a lane, from p + lane V) scaled
+ * by a power of two to max |x| in [2^13, 2^14) and stored as f16 hi + lo
+ * at hp, lp (+ lane V); returns the inverse scale (warp-uniform). */
+template <int HD>
+static __device__ __forceinline__ float ft_split_row(const float *p, bool ok, __half *hp, __half *lp, int lane)
+{
+	constexpr int V = HD / 32;
+	float v[V], mx = 0.0f, inv;
+#pragma unroll
+	for (int i = 0; i < V; i += 2) {
+		const float2 t = ok ? *(const float2 *)(p + lane * V + i) : make_float2(0.0f, 0.0f);
+		v[i] = t.x;
+		v[i + 1] = t.y;
+		mx = fmaxf(mx, fmaxf(fabsf(t.x), fabsf(t.y)));
+	}
+	const float sc = pow2_scale(warp_max(mx), &inv);
+#pragma unroll
+	for (int i = 0; i < V; i += 2) {
+		uint32_t lo;
+		const uint32_t hi = ft_hilo(v[i] * sc, v[i + 1] * sc, &lo);
+		*(uint32_t *)(hp + lane * V + i) = hi;
+		*(uint32_t *)(lp + lane * V + i) = lo;
+	}
+	return inv;
+}
+
+template <int HD, int NW, bool X3>
 __global__ void __launch_bounds__(32 * NW)
 	k_attn_fa16(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
 		    float *__restrict__ out, int n, int nh, int nkv, float scale, int window, float softcap,
@@ -4758,12 +4811,16 @@ __global__ void __launch_bounds__(32 * NW)
 	constexpr int NKS = HD / 16; /* k steps of S = Q K^T */
 	constexpr int NKN = KT / 8;  /* key n-tiles of S */
 	constexpr int NDN = HD / 8;  /* dim n-tiles of O */
-	constexpr bool QS = HD > 128; /* Q fragments from shared memory */
+	constexpr bool QS = X3 || HD > 128; /* Q fragments from shared memory */
+	static_assert(!X3 || HD <= 128, "X3: head_dim 64 or 128");
 	pdl_trigger();
 	pdl_wait();
 	extern __shared__ __align__(16) unsigned char ftsm[];
 	float *Lk = (float *)ftsm, *Lv = Lk + KT * HD;
-	__half *Kh = (__half *)(Lv + KT * HD), *Vh = Kh + KT * LDH, *Qh = Vh + KT * LDH;
+	__half *Kh = (__half *)(Lv + KT * HD), *Vh = Kh + KT * LDH;
+	__half *Kl = Vh + KT * LDH, *Vl = Kl + KT * LDH; /* X3 only */
+	__half *Qh = X3 ? Vl + KT * LDH : Kl, *Ql = Qh + ROWS * LDH;
+	float *Ksc = (float *)(Ql + ROWS * LDH), *Vsc = Ksc + KT; /* X3: the keys' inverse scales */
 	const int rep = nh / nkv, bq = ROWS / rep, R = bq * rep;
 	const int qt = (int)gridDim.x - 1 - (int)blockIdx.x, kh = blockIdx.y, q0 = qt * bq;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
@@ -4799,7 +4856,22 @@ __global__ void __launch_bounds__(32 * NW)
 	/* Q to f16 A fragments: a0 (row g, dims 2tq..+1), a1 (row g + 8), a2
 	 * and a3 the same 8 dims on; zero for padding rows */
 	uint32_t qf[QS ? 1 : NKS][4];
-	if constexpr (!QS) {
+	float qs[2] = {scale, scale}; /* X3: scale / the rows' Q scales */
+	if constexpr (X3) {
+		/* the warp's 16 rows, each scaled, as hi and lo into Qh, Ql */
+		for (int rr = 0; rr < 16; rr++) {
+			const int r = warp * 16 + rr, t = q0 + r / rep;
+			const bool ok = r < R && t < n;
+			const float inv = ft_split_row<HD>(q + ((size_t)(ok ? t : 0) * nh + kh * rep + (ok ? r % rep : 0)) * HD,
+							   ok, Qh + r * LDH, Ql + r * LDH, lane);
+			if (rr == g)
+				qs[0] = scale * inv;
+			if (rr == g + 8)
+				qs[1] = scale * inv;
+		}
+		__syncwarp();
+		qf[0][0] = qf[0][1] = qf[0][2] = qf[0][3] = 0;
+	} else if constexpr (!QS) {
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			const int r = warp * 16 + g + 8 * h, t = q0 + r / rep;
@@ -4828,6 +4900,7 @@ __global__ void __launch_bounds__(32 * NW)
 		qf[0][0] = qf[0][1] = qf[0][2] = qf[0][3] = 0;
 	}
 	float o[NDN][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+	float E = 0.0f; /* X3: O is kept in units of E (the largest V scale of the tiles seen) */
 #pragma unroll
 	for (int d = 0; d < NDN; d++)
 #pragma unroll
@@ -4836,12 +4909,24 @@ __global__ void __launch_bounds__(32 * NW)
 	for (int it = 0; it < nt; it++) {
 		cp_wait<0>();
 		__syncthreads(); /* tile it landed; every warp is done with the f16 tiles of it - 1 */
+		if constexpr (X3) {
+			/* a warp per key row: K and V rows each scaled, hi + lo */
+			for (int jj = warp; jj < KT; jj += NW) {
+				const float ik = ft_split_row<HD>(Lk + jj * HD, true, Kh + jj * LDH, Kl + jj * LDH, lane);
+				const float iv = ft_split_row<HD>(Lv + jj * HD, true, Vh + jj * LDH, Vl + jj * LDH, lane);
+				if (lane == 0) {
+					Ksc[jj] = ik;
+					Vsc[jj] = iv;
+				}
+			}
+		} else {
 #pragma unroll 4
-		for (int i = tid; i < KT * HD4; i += NT) {
-			const int jj = i / HD4, d4 = i - jj * HD4;
-			const float4 a = *(const float4 *)(Lk + i * 4), b = *(const float4 *)(Lv + i * 4);
-			*(uint2 *)(Kh + jj * LDH + d4 * 4) = make_uint2(tg_h2(a.x, a.y), tg_h2(a.z, a.w));
-			*(uint2 *)(Vh + jj * LDH + d4 * 4) = make_uint2(tg_h2(b.x, b.y), tg_h2(b.z, b.w));
+			for (int i = tid; i < KT * HD4; i += NT) {
+				const int jj = i / HD4, d4 = i - jj * HD4;
+				const float4 a = *(const float4 *)(Lk + i * 4), b = *(const float4 *)(Lv + i * 4);
+				*(uint2 *)(Kh + jj * LDH + d4 * 4) = make_uint2(tg_h2(a.x, a.y), tg_h2(a.z, a.w));
+				*(uint2 *)(Vh + jj * LDH + d4 * 4) = make_uint2(tg_h2(b.x, b.y), tg_h2(b.z, b.w));
+			}
 		}
 		__syncthreads(); /* f16 tiles visible; the landing buffers are free */
 		if (it + 1 < nt)
@@ -4858,20 +4943,32 @@ __global__ void __launch_bounds__(32 * NW)
 				s[j][c] = 0.0f;
 #pragma unroll
 		for (int ks = 0; ks < NKS; ks++) {
-			uint32_t a[4];
+			const int qo = (warp * 16 + (lane & 15)) * LDH + ks * 16 + (lane >> 4) * 8;
+			uint32_t a[4], al4[4];
 			if constexpr (QS)
-				ldsm4(a, smem_u32(Qh + (warp * 16 + (lane & 15)) * LDH + ks * 16 + (lane >> 4) * 8));
+				ldsm4(a, smem_u32(Qh + qo));
 			else
 #pragma unroll
 				for (int c = 0; c < 4; c++)
 					a[c] = qf[ks][c];
+			if constexpr (X3)
+				ldsm4(al4, smem_u32(Ql + qo));
 #pragma unroll
 			for (int jp = 0; jp < NKN / 2; jp++) {
 				/* matrices: keys 16jp + 0..7 / 8..15 (lane >> 4) x dims +0 / +8 ((lane >> 3) & 1) */
+				const int ko = (jp * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDH + ks * 16 + ((lane >> 3) & 1) * 8;
 				uint32_t b[4];
-				ldsm4(b, smem_u32(Kh + (jp * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDH + ks * 16 +
-						  ((lane >> 3) & 1) * 8));
+				ldsm4(b, smem_u32(Kh + ko));
 				const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+				if constexpr (X3) { /* hi lo + lo hi, then hi hi */
+					uint32_t bl[4];
+					ldsm4(bl, smem_u32(Kl + ko));
+					const uint32_t l0[2] = {bl[0], bl[1]}, l1[2] = {bl[2], bl[3]};
+					tg_mma(s[2 * jp], a, l0);
+					tg_mma(s[2 * jp + 1], a, l1);
+					tg_mma(s[2 * jp], al4, b0);
+					tg_mma(s[2 * jp + 1], al4, b1);
+				}
 				tg_mma(s[2 * jp], a, b0);
 				tg_mma(s[2 * jp + 1], a, b1);
 			}
@@ -4879,11 +4976,16 @@ __global__ void __launch_bounds__(32 * NW)
 		/* s[j][c]: row g + 8 (c >> 1), key j0 + 8 j + 2 tq + (c & 1) */
 		float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-		for (int j = 0; j < NKN; j++)
+		for (int j = 0; j < NKN; j++) {
+			float2 ks2 = make_float2(1.0f, 1.0f);
+			if constexpr (X3)
+				ks2 = *(const float2 *)(Ksc + 8 * j + 2 * tq);
 #pragma unroll
 			for (int c = 0; c < 4; c++) {
 				const int h = c >> 1, key = j0 + 8 * j + 2 * tq + (c & 1);
-				float v = s[j][c] * scale;
+				float v = s[j][c] * qs[h];
+				if constexpr (X3)
+					v *= c & 1 ? ks2.y : ks2.x;
 				if (softcap > 0.0f)
 					v = softcap * tanhf(v / softcap);
 				v *= FT_L2E;
@@ -4892,6 +4994,7 @@ __global__ void __launch_bounds__(32 * NW)
 				s[j][c] = v;
 				mx[h] = fmaxf(mx[h], v);
 			}
+		}
 		float al[2], mn[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
@@ -4912,6 +5015,21 @@ __global__ void __launch_bounds__(32 * NW)
 #pragma unroll
 		for (int h = 0; h < 2; h++)
 			l[h] = l[h] * al[h] + sum[h];
+		float pe = 1.0f; /* X3: 1 / E */
+		if constexpr (X3) {
+			/* O in units of E = the largest V scale so far: a larger one
+			 * rescales O (powers of two: exact), P takes V's scale / E (<= 1) */
+			float vt = 0.0f;
+			for (int i = lane; i < KT; i += 32)
+				vt = fmaxf(vt, Vsc[i]);
+			vt = warp_max(vt);
+			if (vt > E) {
+				al[0] *= E / vt;
+				al[1] *= E / vt;
+				E = vt;
+			}
+			pe = 1.0f / E;
+		}
 #pragma unroll
 		for (int d = 0; d < NDN; d++) {
 			o[d][0] *= al[0];
@@ -4921,16 +5039,38 @@ __global__ void __launch_bounds__(32 * NW)
 		}
 #pragma unroll
 		for (int kk = 0; kk < KT / 16; kk++) {
-			const uint32_t a[4] = {tg_h2(s[2 * kk][0], s[2 * kk][1]), tg_h2(s[2 * kk][2], s[2 * kk][3]),
-					       tg_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-					       tg_h2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+			uint32_t a[4], pl[4];
+			if constexpr (X3) {
+#pragma unroll
+				for (int u = 0; u < 2; u++) {
+					const float2 v2 = *(const float2 *)(Vsc + 8 * (2 * kk + u) + 2 * tq);
+					const float f0 = v2.x * pe, f1 = v2.y * pe;
+					const float *sj = s[2 * kk + u];
+					a[2 * u] = ft_hilo(sj[0] * f0, sj[1] * f1, &pl[2 * u]);
+					a[2 * u + 1] = ft_hilo(sj[2] * f0, sj[3] * f1, &pl[2 * u + 1]);
+				}
+			} else {
+				a[0] = tg_h2(s[2 * kk][0], s[2 * kk][1]);
+				a[1] = tg_h2(s[2 * kk][2], s[2 * kk][3]);
+				a[2] = tg_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+				a[3] = tg_h2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+			}
 #pragma unroll
 			for (int dp = 0; dp < NDN / 2; dp++) {
 				/* matrices (transposed): keys 16kk + 0..7 / 8..15 ((lane >> 3) & 1) x dims 16dp + 0 / 8 (lane >> 4) */
+				const int vo = (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + dp * 16 + (lane >> 4) * 8;
 				uint32_t b[4];
-				ft_ldsm4t(b, smem_u32(Vh + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + dp * 16 +
-						      (lane >> 4) * 8));
+				ft_ldsm4t(b, smem_u32(Vh + vo));
 				const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+				if constexpr (X3) { /* hi lo + lo hi, then hi hi */
+					uint32_t bl[4];
+					ft_ldsm4t(bl, smem_u32(Vl + vo));
+					const uint32_t l0[2] = {bl[0], bl[1]}, l1[2] = {bl[2], bl[3]};
+					tg_mma(o[2 * dp], a, l0);
+					tg_mma(o[2 * dp + 1], a, l1);
+					tg_mma(o[2 * dp], pl, b0);
+					tg_mma(o[2 * dp + 1], pl, b1);
+				}
 				tg_mma(o[2 * dp], a, b0);
 				tg_mma(o[2 * dp + 1], a, b1);
 			}
@@ -4944,7 +5084,7 @@ __global__ void __launch_bounds__(32 * NW)
 		const int r = warp * 16 + g + 8 * h, t = q0 + r / rep;
 		if (r >= R || t >= n)
 			continue;
-		const float inv = 1.0f / l[h];
+		const float inv = (X3 ? E : 1.0f) / l[h];
 		float *op = out + ((size_t)t * nh + kh * rep + r % rep) * HD + 2 * tq;
 #pragma unroll
 		for (int d = 0; d < NDN; d++)
@@ -4953,41 +5093,42 @@ __global__ void __launch_bounds__(32 * NW)
 }
 
 /* k_attn_fa16 (kc_attention_impl 5: 4 warps, 64 rows a block; 6: 8 warps,
- * 128 rows) where head_dim is 64, 128 or 256 and rep fits a block's rows;
- * 1 (not launched) elsewhere: the caller takes k_attn_flash. The caller
- * checked n >= 16 and the 16-byte alignment. */
-template <int HD, int NW>
+ * 128 rows; X3: the f32-class variant, 8 warps) where head_dim is 64, 128
+ * or 256 (X3: 64 or 128) and rep fits a block's rows; 1 (not launched)
+ * elsewhere: the caller takes k_attn_flash. The caller checked n >= 16 and
+ * the 16-byte alignment. */
+template <int HD, int NW, bool X3>
 static void ft_launch(dim3 grid, const float *q, const float *kcache, const float *vcache, float *out, int n,
 		      const int *d_pos, int nh, int nkv, float scale, int window, float softcap)
 {
-	k_attn_fa16<HD, NW><<<grid, 32 * NW, ft_smem(HD, NW), g_stream>>>(q, kcache, vcache, out, n, nh, nkv, scale,
-									   window, softcap, d_pos);
+	k_attn_fa16<HD, NW, X3><<<grid, 32 * NW, ft_smem(HD, NW, X3), g_stream>>>(q, kcache, vcache, out, n, nh, nkv,
+										   scale, window, softcap, d_pos);
 }
 
-template <int NW>
+template <int NW, bool X3>
 static int ft_try_nw(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
 		     int nh, int nkv, int hd, float scale, int window, float softcap)
 {
 	const int rep = nh / nkv, bq = 16 * NW / rep;
-	if ((hd != 64 && hd != 128 && hd != 256) || bq < 1)
+	if ((hd != 64 && hd != 128 && (hd != 256 || X3)) || bq < 1)
 		return 1;
 	dim3 grid((n + bq - 1) / bq, nkv);
 	if (hd == 64)
-		ft_launch<64, NW>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
+		ft_launch<64, NW, X3>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
 	else if (hd == 128)
-		ft_launch<128, NW>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
-	else
-		ft_launch<256, NW>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
+		ft_launch<128, NW, X3>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
+	else if constexpr (!X3)
+		ft_launch<256, NW, false>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
 	LAUNCHED("k_attn_fa16");
-	g_path[KC_PATH_ATT_F16]++;
+	g_path[X3 ? KC_PATH_ATT_X3 : KC_PATH_ATT_F16]++;
 	return 0;
 }
 
-template <int HD, int NW>
+template <int HD, int NW, bool X3>
 static int ft_attr1(void)
 {
-	CK(cudaFuncSetAttribute(k_attn_fa16<HD, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-				(int)ft_smem(HD, NW)));
+	CK(cudaFuncSetAttribute(k_attn_fa16<HD, NW, X3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				(int)ft_smem(HD, NW, X3)));
 	return 0;
 }
 
@@ -5003,8 +5144,11 @@ static int fa_attr(void)
 	CK(cudaFuncSetAttribute(k_attn_flash<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(64)));
 	CK(cudaFuncSetAttribute(k_attn_flash<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(128)));
 	CK(cudaFuncSetAttribute(k_attn_flash<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(256)));
-	return ft_attr1<64, 4>() || ft_attr1<128, 4>() || ft_attr1<256, 4>() || ft_attr1<64, 8>() ||
-	       ft_attr1<128, 8>() || ft_attr1<256, 8>() ? -1 : 0;
+	return ft_attr1<64, 4, false>() || ft_attr1<128, 4, false>() || ft_attr1<256, 4, false>() ||
+			       ft_attr1<64, 8, false>() || ft_attr1<128, 8, false>() || ft_attr1<256, 8, false>() ||
+			       ft_attr1<64, 8, true>() || ft_attr1<128, 8, true>()
+		       ? -1
+		       : 0;
 }
 
 /* n >= 16 queries, head_dim a multiple of 4 up to 256, rep <= 64, every
@@ -5017,10 +5161,11 @@ static int fa_try(const float *q, const float *kcache, const float *vcache, floa
 	if (g_att_impl == 1 || n < 16 || hd % 4 || hd > 256 || rep > FA_R ||
 	    (((uintptr_t)q | (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)out) & 15))
 		return 1;
-	if (g_att_impl == 5 || g_att_impl == 6) {
-		const int ft = g_att_impl == 5
-				       ? ft_try_nw<4>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap)
-				       : ft_try_nw<8>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap);
+	if (g_att_impl != 7) { /* 7: the tiled kernel (the default before session 12) */
+		const int ft =
+			g_att_impl == 5	  ? ft_try_nw<4, false>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap)
+			: g_att_impl == 6 ? ft_try_nw<8, false>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap)
+					  : ft_try_nw<8, true>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap);
 		if (ft <= 0)
 			return ft;
 	}

@@ -103,7 +103,7 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 		die("cpu forward");
 	memcpy(cl, cs.logits, (size_t)n * V * 4);
 	const uint64_t sk = kc_path_count(KC_PATH_SPLITK), af = kc_path_count(KC_PATH_ATT_F16),
-		       gx = kc_path_count(KC_PATH_GEMM_F16X);
+		       gx = kc_path_count(KC_PATH_GEMM_F16X), ax = kc_path_count(KC_PATH_ATT_X3);
 	if (gpu_forward(g, &gs, ids, n, 1) || gpu_logits(g, &gs, gl, n))
 		die("gpu forward");
 	const uint64_t splitk = kc_path_count(KC_PATH_SPLITK) - sk, attf16 = kc_path_count(KC_PATH_ATT_F16) - af;
@@ -116,6 +116,15 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 		failures++;
 		printf("FAIL %s: the prefill's attention %s the tensor cores (%llu launches)\n", label,
 		       attf16 ? "ran on" : "did not run on", (unsigned long long)attf16);
+	}
+	/* the f32-class tensor-core attention: in every layer where the default serves the heads */
+	const uint64_t attx3 = kc_path_count(KC_PATH_ATT_X3) - ax;
+	const int x3 = att_x3_expected(kc_attention_impl(-1), n, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim);
+	checks++;
+	if (attx3 != (x3 ? (uint64_t)m->cfg.n_layers : 0)) {
+		failures++;
+		printf("FAIL %s: the prefill's attention took the f32-class tensor-core kernel %llu times (expected %d)\n",
+		       label, (unsigned long long)attx3, x3 ? m->cfg.n_layers : 0);
 	}
 	double num = 0, den = 0, dmax = 0;
 	int nonfinite = 0;

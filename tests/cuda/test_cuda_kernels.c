@@ -992,16 +992,20 @@ static void test_glu(const kernel_table *R, int act)
 
 static const char *att_impl_name(int impl)
 {
-	static const char *names[] = {"", " chunk", " split x2", " split run22", " split nopipe", " fa16", " fa16 w8"};
-	return impl >= 0 && impl < 7 ? names[impl] : " ?";
+	static const char *names[] = {"",	" chunk",	  " split x2", " split run22", " split nopipe",
+				      " fa16", " fa16 w8", " tiled"};
+	return impl >= 0 && impl < 8 ? names[impl] : " ?";
 }
 
 /* One set of inputs and one CPU reference, then kc_attention under each of
  * impls[0..ni) (the output poisoned before each), every run against the
- * reference: TOL_ATT_F16 where the case claims the tensor-core kernel
+ * reference: TOL_ATT_F16 where the case claims the f16 tensor-core kernel
  * (att_f16_expected; checked through kc_path_count(KC_PATH_ATT_F16): +1
- * there, +0 elsewhere), TOL_ATT elsewhere. The impl in force at entry is
+ * there, +0 elsewhere), TOL_ATT elsewhere, the f32-class tensor-core
+ * kernel included (att_x3_expected, KC_PATH_ATT_X3 checked the same
+ * way). The impl in force at entry is
  * restored. ctx = the cache size (max_keys): keys + spare. */
+static float g_att_mag[3] = {1.0f, 1.0f, 1.0f}; /* q, k, v uniform in [-mag, mag) */
 static void test_attention_impls(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window,
 				 float softcap, int spare, const int *impls, int ni)
 {
@@ -1009,9 +1013,9 @@ static void test_attention_impls(const kernel_table *R, int n, int pos0, int nh,
 	size_t qn = (size_t)n * nh * hd, cn = (size_t)ctx * nkv * hd;
 	float *q = malloc(qn * 4), *k = malloc(cn * 4), *v = malloc(cn * 4), *ref = malloc(qn * 4);
 	float *scratch = malloc((size_t)n * keys * 4);
-	fill(q, qn, -1, 1);
-	fill(k, cn, -1, 1);
-	fill(v, cn, -1, 1);
+	fill(q, qn, -g_att_mag[0], g_att_mag[0]);
+	fill(k, cn, -g_att_mag[1], g_att_mag[1]);
+	fill(v, cn, -g_att_mag[2], g_att_mag[2]);
 	float scale = 1.0f / sqrtf((float)hd) * 3.0f; /* sharper than usual: the softmax must matter */
 	R->attention(q, k, v, KDT_F32, ref, n, pos0, nh, nkv, hd, scale, window, softcap, scratch);
 	float *dq = dup_dev(q, qn), *dk = dup_dev(k, cn), *dv = dup_dev(v, cn), *dy = dalloc(qn * 4);
@@ -1021,11 +1025,12 @@ static void test_attention_impls(const kernel_table *R, int n, int pos0, int nh,
 	void *sc = dalloc(kc_attention_scratch(n, nh, hd, ctx));
 	const int impl0 = kc_attention_impl(-1);
 	for (int i = 0; i < ni; i++) {
-		const int impl = impls[i], f16 = att_f16_expected(impl, n, nh, nkv, hd);
+		const int impl = impls[i], f16 = att_f16_expected(impl, n, nh, nkv, hd),
+			  x3 = att_x3_expected(impl, n, nh, nkv, hd);
 		kc_attention_impl(impl);
 		poison(dy, qn * 4);
 		poison(sc, kc_attention_scratch(n, nh, hd, ctx));
-		const uint64_t before = kc_path_count(KC_PATH_ATT_F16);
+		const uint64_t before = kc_path_count(KC_PATH_ATT_F16), bx3 = kc_path_count(KC_PATH_ATT_X3);
 		if (kc_attention(dq, dk, dv, dy, n, dpos, nh, nkv, hd, scale, window, softcap, ctx, sc))
 			die("kc_attention");
 		char name[112];
@@ -1036,6 +1041,9 @@ static void test_attention_impls(const kernel_table *R, int n, int pos0, int nh,
 		snprintf(name, sizeof(name), "attention%s n%d h%d/%d hd%d took %s", att_impl_name(impl), n, nh, nkv, hd,
 			 f16 ? "the tensor-core kernel once" : "no tensor-core kernel");
 		expect(ran == (uint64_t)f16, name);
+		snprintf(name, sizeof(name), "attention%s n%d h%d/%d hd%d took %s", att_impl_name(impl), n, nh, nkv, hd,
+			 x3 ? "the f32-class tensor-core kernel once" : "no f32-class tensor-core kernel");
+		expect(kc_path_count(KC_PATH_ATT_X3) - bx3 == (uint64_t)x3, name);
 	}
 	kc_attention_impl(impl0);
 	kc_free(dq); kc_free(dk); kc_free(dv); kc_free(dy); kc_free(dpos); kc_free(sc);
@@ -1061,8 +1069,22 @@ static void test_attention(const kernel_table *R, int n, int pos0, int nh, int n
 static void test_prefill_attention(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window,
 				   float softcap)
 {
-	static const int impls[] = {0, 1, 5, 6};
-	test_attention_impls(R, n, pos0, nh, nkv, hd, window, softcap, 5, impls, 4);
+	static const int impls[] = {0, 1, 5, 6, 7};
+	test_attention_impls(R, n, pos0, nh, nkv, hd, window, softcap, 5, impls, 5);
+}
+
+/* The f32-class kernels (default 0, tiled 7) on q, k, v of magnitudes
+ * outside f16's range (|v| > 65504, or below its normal range 6.1e-5):
+ * the default's per-row power-of-two scales keep it at TOL_ATT. */
+static void test_prefill_attention_mag(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, float mq,
+				       float mk, float mv)
+{
+	static const int impls[] = {0, 7};
+	g_att_mag[0] = mq;
+	g_att_mag[1] = mk;
+	g_att_mag[2] = mv;
+	test_attention_impls(R, n, pos0, nh, nkv, hd, 0, 0.0f, 5, impls, 2);
+	g_att_mag[0] = g_att_mag[1] = g_att_mag[2] = 1.0f;
 }
 
 /* Two device buffers of n floats equal bit for bit. */
@@ -1513,6 +1535,8 @@ att:
 	test_prefill_attention(R, 16, 0, 32, 8, 128, 0, 0);       /* n = 16: one row block */
 	test_prefill_attention(R, 16, 4000, 32, 8, 128, 0, 0);    /* n = 16 after 4000 cached keys */
 	test_prefill_attention(R, 100, 37, 8, 8, 128, 0, 0);      /* MHA (rep 1: 64 queries a block), odd pos0 */
+	test_prefill_attention_mag(R, 200, 70, 32, 8, 128, 1e4f, 1e-4f, 1e5f);  /* q, v beyond f16, k tiny */
+	test_prefill_attention_mag(R, 200, 70, 32, 8, 64, 1e-5f, 3e5f, 1e-6f);  /* q, v below f16's normals */
 	test_prefill_attention(R, 129, 0, 8, 8, 64, 50, 0);       /* MHA, window 50 inside the 64-key tiles */
 	test_prefill_attention(R, 77, 0, 16, 2, 128, 0, 30.0f);   /* rep 8, softcap */
 	test_prefill_attention(R, 513, 100, 32, 4, 128, 1000, 0); /* rep 8, window of 1000 across many tiles */
