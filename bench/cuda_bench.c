@@ -154,6 +154,19 @@ static double time_decode_sampled(const gpu_model *g, gpu_state *s, ks_sampler *
 static int g_prof; /* "prof": profile one decode step of each model named (1); "prof4k": at 4K
 		    * context (2); "profpf": one prefill of 512 tokens (3) */
 
+/* g_prof's pass: one forward of n tokens between kc_profile(1) and (0)
+ * (for ncu --profile-from-start off), then r zeroed and the run's
+ * buffers freed (ids included). */
+static void profile_forward(gpu_model *g, gpu_state *s, const int *tokens, int n, result *r, int *ids)
+{
+	if (kc_profile(1) || gpu_forward(g, s, tokens, n, 0) || kc_profile(0))
+		die("profile forward");
+	memset(r, 0, sizeof(*r));
+	free(ids);
+	gpu_state_free(s);
+	gpu_model_free(g);
+}
+
 static void run(const shape *sh, double bw, result *r)
 {
 	model_config c;
@@ -195,12 +208,7 @@ static void run(const shape *sh, double bw, result *r)
 	r->pf512 = a > b ? a : b;
 	if (g_prof == 3) { /* one prefill of 512, for ncu --profile-from-start off */
 		gpu_state_reset(&s);
-		if (kc_profile(1) || gpu_forward(&g, &s, ids, 512, 0) || kc_profile(0))
-			die("profile prefill");
-		memset(r, 0, sizeof(*r));
-		free(ids);
-		gpu_state_free(&s);
-		gpu_model_free(&g);
+		profile_forward(&g, &s, ids, 512, r, ids);
 		return;
 	}
 	/* decode at a short context: 16 prompt tokens, the step captured on first use */
@@ -220,13 +228,8 @@ static void run(const shape *sh, double bw, result *r)
 		ks_free(&ks);
 	}
 	if (g_prof == 1) { /* one decode step, kernels launched one by one, for ncu --profile-from-start off */
-		int tok = 1;
-		if (kc_profile(1) || gpu_forward(&g, &s, &tok, 1, 0) || kc_profile(0))
-			die("profile step");
-		memset(r, 0, sizeof(*r));
-		free(ids);
-		gpu_state_free(&s);
-		gpu_model_free(&g);
+		const int tok = 1;
+		profile_forward(&g, &s, &tok, 1, r, ids);
 		return;
 	}
 	double kv_row = 2.0 * sh->layers * sh->nkv * sh->hd * 4; /* f32 K and V per position */
@@ -234,13 +237,8 @@ static void run(const shape *sh, double bw, result *r)
 	/* prefill 4096, then decode after it */
 	r->pf4k = time_prefill(&g, &s, ids, PF);
 	if (g_prof == 2) { /* the step at 4K context */
-		int tok = 1;
-		if (kc_profile(1) || gpu_forward(&g, &s, &tok, 1, 0) || kc_profile(0))
-			die("profile step");
-		memset(r, 0, sizeof(*r));
-		free(ids);
-		gpu_state_free(&s);
-		gpu_model_free(&g);
+		const int tok = 1;
+		profile_forward(&g, &s, &tok, 1, r, ids);
 		return;
 	}
 	r->dec_4k = time_decode(&g, &s, DEC, out);

@@ -2243,6 +2243,37 @@ static __device__ __forceinline__ void tg_dequant(const uint8_t *src, __half *ds
 		*(uint4 *)(dst + 2 * t) = make_uint4(o[t], o[t + 1], o[t + 2], o[t + 3]);
 }
 
+/* The bias term's B operand: group sums k, k + 1 of token tok (XS
+ * [ng][n], times SC; 0 past ng) as bf16 hi + mid + lo (BF) or f16 hi +
+ * lo (x2 unset) pairs. */
+template <bool BF>
+static __device__ __forceinline__ void tg_xsum_terms(const float *__restrict__ XS, int n, int tok, int k, int ng,
+						     float SC, uint32_t &x0, uint32_t &x1, uint32_t &x2)
+{
+	float v[2];
+#pragma unroll
+	for (int j = 0; j < 2; j++)
+		v[j] = k + j < ng ? __ldg(XS + (size_t)(k + j) * n + tok) * SC : 0.0f;
+	if (BF) {
+		float r[2], t[2];
+#pragma unroll
+		for (int j = 0; j < 2; j++) {
+			r[j] = __bfloat162float(__float2bfloat16_rn(v[j]));
+			t[j] = __bfloat162float(__float2bfloat16_rn(v[j] - r[j]));
+		}
+		x0 = tg_b2(r[0], r[1]);
+		x1 = tg_b2(t[0], t[1]);
+		x2 = tg_b2(v[0] - r[0] - t[0], v[1] - r[1] - t[1]);
+	} else {
+		float r[2];
+#pragma unroll
+		for (int j = 0; j < 2; j++)
+			r[j] = __half2float(__float2half_rn(v[j]));
+		x0 = tg_h2(r[0], r[1]);
+		x1 = tg_h2(v[0] - r[0], v[1] - r[1]);
+	}
+}
+
 static __host__ __device__ __forceinline__ int wg_perm(int p);
 
 /* One block per token: x' = x 2^e, hi/lo in staged order, group sums. */
@@ -2566,31 +2597,9 @@ __global__ void __launch_bounds__(NT, NT == 128 || (BT & 32) ? 2 : 1)
 			for (int ni = 0; ni < 4; ni++) {
 				const int tok = min(tok0 + wn * 32 + ni * 8 + g, n - 1);
 #pragma unroll
-				for (int q = 0; q < 2; q++) {
-					const int k = g0 + 2 * tig + 8 * q;
-					float v[2];
-#pragma unroll
-					for (int j = 0; j < 2; j++)
-						v[j] = k + j < ng ? __ldg(XS + (size_t)(k + j) * n + tok) * SC : 0.0f;
-					if (BF) {
-						float r[2], t[2];
-#pragma unroll
-						for (int j = 0; j < 2; j++) {
-							r[j] = __bfloat162float(__float2bfloat16_rn(v[j]));
-							t[j] = __bfloat162float(__float2bfloat16_rn(v[j] - r[j]));
-						}
-						xb[0][ni][q] = tg_b2(r[0], r[1]);
-						xb[1][ni][q] = tg_b2(t[0], t[1]);
-						xb[2][ni][q] = tg_b2(v[0] - r[0] - t[0], v[1] - r[1] - t[1]);
-					} else {
-						float r[2];
-#pragma unroll
-						for (int j = 0; j < 2; j++)
-							r[j] = __half2float(__float2half_rn(v[j]));
-						xb[0][ni][q] = tg_h2(r[0], r[1]);
-						xb[1][ni][q] = tg_h2(v[0] - r[0], v[1] - r[1]);
-					}
-				}
+				for (int q = 0; q < 2; q++)
+					tg_xsum_terms<BF>(XS, n, tok, g0 + 2 * tig + 8 * q, ng, SC, xb[0][ni][q], xb[1][ni][q],
+							  xb[2][ni][q]);
 			}
 #pragma unroll
 			for (int mi = 0; mi < MI; mi++)
@@ -2951,31 +2960,8 @@ __global__ void __launch_bounds__(256, 1)
 				const int tok = min(tok0 + ni * 8 + g, n - 1);
 				uint32_t xb[3][2];
 #pragma unroll
-				for (int q = 0; q < 2; q++) {
-					const int k = g0 + 2 * tig + 8 * q;
-					float v[2];
-#pragma unroll
-					for (int j = 0; j < 2; j++)
-						v[j] = k + j < ng ? __ldg(XS + (size_t)(k + j) * n + tok) * SC : 0.0f;
-					if (BF) {
-						float r[2], t[2];
-#pragma unroll
-						for (int j = 0; j < 2; j++) {
-							r[j] = __bfloat162float(__float2bfloat16_rn(v[j]));
-							t[j] = __bfloat162float(__float2bfloat16_rn(v[j] - r[j]));
-						}
-						xb[0][q] = tg_b2(r[0], r[1]);
-						xb[1][q] = tg_b2(t[0], t[1]);
-						xb[2][q] = tg_b2(v[0] - r[0] - t[0], v[1] - r[1] - t[1]);
-					} else {
-						float r[2];
-#pragma unroll
-						for (int j = 0; j < 2; j++)
-							r[j] = __half2float(__float2half_rn(v[j]));
-						xb[0][q] = tg_h2(r[0], r[1]);
-						xb[1][q] = tg_h2(v[0] - r[0], v[1] - r[1]);
-					}
-				}
+				for (int q = 0; q < 2; q++)
+					tg_xsum_terms<BF>(XS, n, tok, g0 + 2 * tig + 8 * q, ng, SC, xb[0][q], xb[1][q], xb[2][q]);
 				float(&c)[4] = *(float(*)[4])(acc + 4 * ni);
 #pragma unroll
 				for (int p = 0; p < (BF ? 3 : 2); p++) {
