@@ -2276,7 +2276,8 @@ static __device__ __forceinline__ void tg_xsum_terms(const float *__restrict__ X
 
 static __host__ __device__ __forceinline__ int wg_perm(int p);
 
-/* One block per token: x' = x 2^e, hi/lo in staged order, group sums. */
+/* One block per token: x' = x 2^e, hi/lo in staged order, group sums
+ * (group 32, 64 or 128: modelfiles.c's rule). */
 __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int n, int cols, int group, int bits,
 						 int wgp, __half *xh, __half *xl, float *xsum, float *inv)
 {
@@ -2284,8 +2285,17 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 	const int t = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	const float *x = X + (size_t)t * cols;
 	float mx = 0.0f;
-	for (int j = threadIdx.x; j < cols; j += blockDim.x)
-		mx = fmaxf(mx, fabsf(x[j]));
+	if (!(((uintptr_t)x | (uintptr_t)cols * 4) & 15)) { /* 16-byte rows: 4 floats a load */
+		const float4 *x4 = (const float4 *)x;
+#pragma unroll 4
+		for (int j = threadIdx.x; j < cols / 4; j += blockDim.x) {
+			const float4 v = x4[j];
+			mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+		}
+	} else {
+		for (int j = threadIdx.x; j < cols; j += blockDim.x)
+			mx = fmaxf(mx, fabsf(x[j]));
+	}
 	mx = warp_max(mx);
 	if (lane == 0)
 		sh[wid] = mx;
@@ -2299,18 +2309,29 @@ __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int
 		inv[t] = iv;
 	const int ng = cols / group;
 	__half *hp = xh + (size_t)t * cols, *lp = xl ? xl + (size_t)t * cols : NULL;
+	/* a group's (up to 128) loads first, then its stores: the loads of a
+	 * group (and, unrolled, of the next) are in flight together */
+#pragma unroll 2
 	for (int gi = wid; gi < ng; gi += nw) {
-		float s = 0.0f;
-		for (int i = lane; i < group; i += 32) {
+		float v[4];
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
 			/* wgp: k_gemm_wg's order (wg_perm, blocks of 32) */
-			const int q = gi * group + i;
+			const int q = gi * group + lane + 32 * j;
 			const int col = wgp ? (q & ~31) | wg_perm(q & 31) : (q & ~15) | tg_perm(bits, q & 15);
-			const float v = x[col] * sc;
-			const __half h = __float2half_rn(v);
+			v[j] = 32 * j < group ? x[col] * sc : 0.0f;
+		}
+		float s = 0.0f;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			if (32 * j >= group)
+				break;
+			const int q = gi * group + lane + 32 * j;
+			const __half h = __float2half_rn(v[j]);
 			hp[q] = h;
 			if (lp) /* NULL: one-term x (kc_gemm_impl(10-12)) */
-				lp[q] = __float2half_rn(v - __half2float(h));
-			s += v;
+				lp[q] = __float2half_rn(v[j] - __half2float(h));
+			s += v[j];
 		}
 		s = warp_sum(s);
 		if (lane == 0)
@@ -3471,6 +3492,8 @@ static int wg_use(int count, const kq_matrix *const *ms)
 
 static int tg_split(const float *x, int n, int cols, int group, int bits, int wg, tg_x *o)
 {
+	if (group != 32 && group != 64 && group != 128) /* k_xsplit's loads cover 128 */
+		return fail("k_xsplit: group size not 32, 64 or 128", cudaErrorInvalidValue);
 	if (tg_reserve(tg_ws_bytes(n, cols, group)))
 		return -1;
 	__half *xh = (__half *)g_tg_ws, *xl = xh + (size_t)n * cols;
