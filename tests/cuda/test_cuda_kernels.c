@@ -993,7 +993,7 @@ static void test_glu(const kernel_table *R, int act)
 static const char *att_impl_name(int impl)
 {
 	static const char *names[] = {"",	" chunk",	  " split x2", " split run22", " split nopipe",
-				      " fa16", " fa16 w8", " tiled"};
+				      " fa16", " fa16 w8", " x3"};
 	return impl >= 0 && impl < 8 ? names[impl] : " ?";
 }
 
@@ -1073,9 +1073,9 @@ static void test_prefill_attention(const kernel_table *R, int n, int pos0, int n
 	test_attention_impls(R, n, pos0, nh, nkv, hd, window, softcap, 5, impls, 5);
 }
 
-/* The f32-class kernels (default 0, tiled 7) on q, k, v of magnitudes
- * outside f16's range (|v| > 65504, or below its normal range 6.1e-5):
- * the default's per-row power-of-two scales keep it at TOL_ATT. */
+/* The f32-class kernels (the tiled default 0, the tensor-core 7) on q, k,
+ * v of magnitudes outside f16's range (|v| > 65504, or below its normal
+ * range 6.1e-5): 7's per-row power-of-two scales keep it at TOL_ATT. */
 static void test_prefill_attention_mag(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, float mq,
 				       float mk, float mv)
 {
