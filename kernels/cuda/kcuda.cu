@@ -2276,6 +2276,23 @@ static __device__ __forceinline__ void tg_xsum_terms(const float *__restrict__ X
 
 static __host__ __device__ __forceinline__ int wg_perm(int p);
 
+/* This block's matrix of a launch over up to KC_MAX_FUSE matrices (its
+ * weights, (scale, bias) words, rows and first row tile), by constant
+ * indices only: no local copy of M. */
+static __device__ __forceinline__ void tg_block_mat(const tg_mats &M, const uint8_t *&W, const void *&SB, int &rows,
+						    int &t0)
+{
+	W = M.w[0];
+	SB = M.sb[0];
+	rows = M.rows[0];
+	t0 = 0;
+#pragma unroll
+	for (int i = 1; i < KC_MAX_FUSE; i++)
+		if ((int)blockIdx.y >= M.tile0[i]) {
+			W = M.w[i]; SB = M.sb[i]; rows = M.rows[i]; t0 = M.tile0[i];
+		}
+}
+
 /* One block per token: x' = x 2^e, hi/lo in staged order, group sums
  * (group 32, 64 or 128: modelfiles.c's rule). */
 __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int n, int cols, int group, int bits,
@@ -2387,15 +2404,10 @@ __global__ void __launch_bounds__(NT, NT == 128 || (BT & 32) ? 2 : 1)
 	constexpr float SC = MMB ? 0.00390625f : 1.0f;
 	const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, trow = tid & (TG_BM - 1);
 	const int wm = wid & 1, wn = wid >> 1, g = lane >> 2, tig = lane & 3;
-	/* this block's matrix (constant indices only: no local copy of M) */
-	const uint8_t *W = M.w[0];
-	const void *SB = M.sb[0];
-	int rows = M.rows[0], t0 = 0;
-#pragma unroll
-	for (int i = 1; i < KC_MAX_FUSE; i++)
-		if ((int)blockIdx.y >= M.tile0[i]) {
-			W = M.w[i]; SB = M.sb[i]; rows = M.rows[i]; t0 = M.tile0[i];
-		}
+	const uint8_t *W;
+	const void *SB;
+	int rows, t0;
+	tg_block_mat(M, W, SB, rows, t0);
 	const int tok0 = blockIdx.x * BN, row0 = ((int)blockIdx.y - t0) * TG_BM;
 	const int ngp = sb_ngp(cols, group), tsh = sb_tsh(group);
 	const int kspan = SPLIT ? cols / (int)gridDim.z : cols, kbase = SPLIT ? (int)blockIdx.z * kspan : 0;
@@ -2794,14 +2806,10 @@ __global__ void __launch_bounds__(256, 1)
 	constexpr bool BF = std::is_same<S, BF16>::value;
 	constexpr float SC = 0.00390625f; /* acc in units of 2^-8 (bias term on the tensor cores) */
 	const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, w = (tid >> 5) & 3, g = lane >> 2, tig = lane & 3;
-	const uint8_t *W = M.w[0];
-	const void *SB = M.sb[0];
-	int rows = M.rows[0], t0 = 0;
-#pragma unroll
-	for (int i = 1; i < KC_MAX_FUSE; i++)
-		if ((int)blockIdx.y >= M.tile0[i]) {
-			W = M.w[i]; SB = M.sb[i]; rows = M.rows[i]; t0 = M.tile0[i];
-		}
+	const uint8_t *W;
+	const void *SB;
+	int rows, t0;
+	tg_block_mat(M, W, SB, rows, t0);
 	const int tok0 = blockIdx.x * 128, row0 = ((int)blockIdx.y - t0) * TG_BM;
 	const int ngp = sb_ngp(cols, G), tsh = sb_tsh(G);
 	/* split-K as k_gemm_tc's BT & 4 (gridDim.z 1 or 2; halves of whole groups) */
