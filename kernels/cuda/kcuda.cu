@@ -2293,6 +2293,19 @@ static __device__ __forceinline__ void tg_block_mat(const tg_mats &M, const uint
 		}
 }
 
+/* The same block's bias and output (picked after the main loop: not kept
+ * in registers through it). */
+static __device__ __forceinline__ void tg_block_out(const tg_mats &M, const float *&bias, float *&Y)
+{
+	bias = M.bias[0];
+	Y = M.y[0];
+#pragma unroll
+	for (int i = 1; i < KC_MAX_FUSE; i++)
+		if ((int)blockIdx.y >= M.tile0[i]) {
+			bias = M.bias[i]; Y = M.y[i];
+		}
+}
+
 /* One block per token: x' = x 2^e, hi/lo in staged order, group sums
  * (group 32, 64 or 128: modelfiles.c's rule). */
 __global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int n, int cols, int group, int bits,
@@ -2647,13 +2660,9 @@ __global__ void __launch_bounds__(NT, NT == 128 || (BT & 32) ? 2 : 1)
 					}
 		}
 	}
-	const float *bias = M.bias[0]; /* picked here, not kept through the loop */
-	float *Y = M.y[0];
-#pragma unroll
-	for (int i = 1; i < KC_MAX_FUSE; i++)
-		if ((int)blockIdx.y >= M.tile0[i]) {
-			bias = M.bias[i]; Y = M.y[i];
-		}
+	const float *bias; /* picked here, not kept through the loop */
+	float *Y;
+	tg_block_out(M, bias, Y);
 	/* every bias and 2^-e first: Y and bias may alias as far as the
 	 * compiler knows, so a load after a store would wait for it */
 	float bz[MI][2], iz[4][2];
@@ -3002,13 +3011,9 @@ __global__ void __launch_bounds__(256, 1)
 			}
 		}
 	}
-	const float *bias = M.bias[0];
-	float *Y = M.y[0];
-#pragma unroll
-	for (int i = 1; i < KC_MAX_FUSE; i++)
-		if ((int)blockIdx.y >= M.tile0[i]) {
-			bias = M.bias[i]; Y = M.y[i];
-		}
+	const float *bias;
+	float *Y;
+	tg_block_out(M, bias, Y);
 	float bz[2];
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
