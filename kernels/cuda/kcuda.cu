@@ -31,8 +31,11 @@
  *                    inside k_attn_split, kc_qk_rope_attention)
  *   k_attn_flash     prefill attention (n >= 16): 64 (query, head) rows of
  *                    one kv head per block, K/V tiles in shared memory
- *   k_attn_fa16      the same on the tensor cores, f16 operands (fast
- *                    prefill: kc_attention_impl 6; 5 with 64 rows a block)
+ *                    (head_dim other than 64/128; kc_attention_impl 8)
+ *   k_attn_fa16      the same on the tensor cores: X3, f32-class (q, k, v
+ *                    as f16 hi + lo, 3 mmas a product; the default for
+ *                    head_dim 64/128), or f16 operands (fast prefill:
+ *                    kc_attention_impl 6; 5 with 64 rows a block)
  *   k_attn_chunk     attention over one chunk of keys for one GQA group,
  *   k_attn_dec       online softmax (k_attn_dec: n < 16, three bulk phases);
  *   k_attn_merge     the merge combines the chunks
@@ -5139,6 +5142,8 @@ __global__ void __launch_bounds__(32 * NW)
 	}
 }
 
+static size_t g_ft_smem_max; /* the device's opt-in shared memory a block (fa_attr) */
+
 /* k_attn_fa16 (kc_attention_impl 5: 4 warps, 64 rows a block; 6: 8 warps,
  * 128 rows; X3: the f32-class variant, 8 warps) where head_dim is 64, 128
  * or 256 (X3: 64 or 128) and rep fits a block's rows; 1 (not launched)
@@ -5157,7 +5162,7 @@ static int ft_try_nw(const float *q, const float *kcache, const float *vcache, f
 		     int nh, int nkv, int hd, float scale, int window, float softcap)
 {
 	const int rep = nh / nkv, bq = 16 * NW / rep;
-	if ((hd != 64 && hd != 128 && (hd != 256 || X3)) || bq < 1)
+	if ((hd != 64 && hd != 128 && (hd != 256 || X3)) || bq < 1 || ft_smem(hd, NW, X3) > g_ft_smem_max)
 		return 1;
 	dim3 grid((n + bq - 1) / bq, nkv);
 	if (hd == 64)
@@ -5171,11 +5176,15 @@ static int ft_try_nw(const float *q, const float *kcache, const float *vcache, f
 	return 0;
 }
 
+/* Where a variant's shared memory is over the device's opt-in limit
+ * (X3 at head_dim 128: 205 KB; sm_80: 163 KB), it is not set up and
+ * ft_try_nw leaves those heads to k_attn_flash. */
 template <int HD, int NW, bool X3>
 static int ft_attr1(void)
 {
-	CK(cudaFuncSetAttribute(k_attn_fa16<HD, NW, X3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-				(int)ft_smem(HD, NW, X3)));
+	if (ft_smem(HD, NW, X3) <= g_ft_smem_max)
+		CK(cudaFuncSetAttribute(k_attn_fa16<HD, NW, X3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					(int)ft_smem(HD, NW, X3)));
 	return 0;
 }
 
@@ -5188,6 +5197,10 @@ extern "C" int kc_attention_impl(int impl)
 
 static int fa_attr(void)
 {
+	int dev = 0, v = 0;
+	CK(cudaGetDevice(&dev));
+	CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+	g_ft_smem_max = (size_t)v;
 	CK(cudaFuncSetAttribute(k_attn_flash<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(64)));
 	CK(cudaFuncSetAttribute(k_attn_flash<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(128)));
 	CK(cudaFuncSetAttribute(k_attn_flash<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(256)));
@@ -5199,8 +5212,10 @@ static int fa_attr(void)
 }
 
 /* n >= 16 queries, head_dim a multiple of 4 up to 256, rep <= 64, every
- * pointer 16-byte aligned; else the chunk kernels. Under kc_attention_impl
- * 5 / 6, k_attn_fa16 where it applies (ft_try_nw), else k_attn_flash. */
+ * pointer 16-byte aligned; else the chunk kernels. k_attn_fa16 where it
+ * applies (ft_try_nw): its X3 variant under kc_attention_impl 0 (the
+ * default) and 7, f16 operands under 5 / 6; else, and always under 8,
+ * k_attn_flash. */
 static int fa_try(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
 		  int nh, int nkv, int hd, float scale, int window, float softcap)
 {
@@ -5208,7 +5223,7 @@ static int fa_try(const float *q, const float *kcache, const float *vcache, floa
 	if (g_att_impl == 1 || n < 16 || hd % 4 || hd > 256 || rep > FA_R ||
 	    (((uintptr_t)q | (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)out) & 15))
 		return 1;
-	if (g_att_impl >= 5 && g_att_impl <= 7) { /* 5, 6: f16 operands; 7: X3 (f32-class) */
+	if (g_att_impl == 0 || (g_att_impl >= 5 && g_att_impl <= 7)) { /* 5, 6: f16 operands; 0, 7: X3 (f32-class) */
 		const int ft =
 			g_att_impl == 5	  ? ft_try_nw<4, false>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap)
 			: g_att_impl == 6 ? ft_try_nw<8, false>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap)

@@ -215,24 +215,26 @@ size_t kc_attention_scratch(int n, int nh, int hd, int max_keys);
  * are 16-byte aligned. */
 int kc_attention(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
 		 int nh, int nkv, int hd, float scale, int window, float softcap, int max_keys, void *scratch);
-/* Which attention kernels run: 0 (default) the tiled kernel for n >= 16
- * and the split kernel for n == 1; 7 as 0 with n >= 16 on the f32-class
+/* Which attention kernels run: 0 (default) for n >= 16 the f32-class
  * tensor-core kernel where head_dim is 64 or 128 (q, k, v each scaled by a
  * power of two per row and split into f16 hi + lo, S and P V as hi hi +
  * hi lo + lo hi on mma.sync, f32 softmax, each tile's P V folded into O
- * in registers; KC_PATH_ATT_X3): opt-in until its device run (see
- * kernels/cuda/NOTES.md, session 12); 1 the chunk kernels for every n (tests
- * and benchmarks compare them); 2 as 0 with twice the split kernel's
- * blocks (benchmarks); 3 as 0 with run 22's split kernel (no pipelined
- * loads, two-pass merge), 4 as 0 without the pipelined loads (benchmarks);
- * 5 as 0 with n >= 16 on the tensor cores where head_dim is 64, 128 or
- * 256 (elsewhere the tiled kernel): q, the K/V rows (the cache itself
- * stays f32) and the softmax weights rounded to f16, f32 accumulation and
- * softmax (f16-class accuracy, not f32-class), 64 (query, head) rows per
- * block (benchmarks); 6 as 5 with 128 rows per block (the fast prefill's
+ * in registers; KC_PATH_ATT_X3), elsewhere the tiled f32 kernel, and the
+ * split kernel for n == 1; 7 the same as 0 (its name while it was
+ * opt-in); 8 as 0 with the tiled f32 kernel for every n >= 16 (the
+ * default before session 13; tests and benchmarks compare them); 1 the
+ * chunk kernels for every n (tests and benchmarks compare them); 2 as 0
+ * with twice the split kernel's blocks (benchmarks); 3 as 0 with run 22's
+ * split kernel (no pipelined loads, two-pass merge), 4 as 0 without the
+ * pipelined loads (benchmarks); 5 as 0 with n >= 16 on the tensor cores
+ * with f16 operands where head_dim is 64, 128 or 256 (elsewhere the tiled
+ * kernel): q, the K/V rows (the cache itself stays f32) and the softmax
+ * weights rounded to f16, f32 accumulation and softmax (f16-class
+ * accuracy, not f32-class), 64 (query, head) rows per block
+ * (benchmarks); 6 as 5 with 128 rows per block (the fast prefill's
  * choice, KC_ATT_FAST). Under 5 and 6 q, k and v must stay within f16's
- * range (|v| < 65504; not scaled as the GEMM's x is). impl < 0 only reads; returns the previous
- * setting; not thread-safe. */
+ * range (|v| < 65504; not scaled as the GEMM's x is). impl < 0 only
+ * reads; returns the previous setting; not thread-safe. */
 int kc_attention_impl(int impl);
 /* The variant a user's fast prefill selects with KC_GEMM_FAST (decode is
  * unaffected): kc_attention_impl(KC_ATT_FAST). */
@@ -276,7 +278,7 @@ typedef enum {
 			     * sm_90: 4 bits, f16/bf16 scales, cols % 64 == 0) */
 	KC_PATH_ATT_X3,     /* kc_attention on the tensor cores at f32-class
 			     * accuracy (k_attn_fa16's X3 variant:
-			     * kc_attention_impl 7, n >= 16, head_dim 64 / 128) */
+			     * kc_attention_impl 0 and 7, n >= 16, head_dim 64 / 128) */
 	KC_PATH_COUNT
 } kc_path;
 /* Calls that took path p since the start or kc_path_reset; 0 for p out of range. */

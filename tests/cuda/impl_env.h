@@ -24,11 +24,11 @@ static inline int att_f16_expected(int impl, int n, int nh, int nkv, int hd)
 }
 
 /* Whether kc_attention takes the f32-class tensor-core kernel
- * (KC_PATH_ATT_X3): impl 7, n >= 16, head_dim 64 or 128, at most 64 q
- * heads per kv head. */
+ * (KC_PATH_ATT_X3): impl 0 (the default) or 7, n >= 16, head_dim 64 or
+ * 128, at most 64 q heads per kv head. */
 static inline int att_x3_expected(int impl, int n, int nh, int nkv, int hd)
 {
-	return impl == 7 && n >= 16 && (hd == 64 || hd == 128) && nh / nkv <= 64;
+	return (impl == 0 || impl == 7) && n >= 16 && (hd == 64 || hd == 128) && nh / nkv <= 64;
 }
 
 static inline void impls_from_env(void)

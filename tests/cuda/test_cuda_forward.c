@@ -117,7 +117,7 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 		printf("FAIL %s: the prefill's attention %s the tensor cores (%llu launches)\n", label,
 		       attf16 ? "ran on" : "did not run on", (unsigned long long)attf16);
 	}
-	/* the f32-class tensor-core attention (kc_attention_impl 7): in every layer where it serves the heads, else never */
+	/* the f32-class tensor-core attention (kc_attention_impl 0, 7): in every layer where it serves the heads, else never */
 	const uint64_t attx3 = kc_path_count(KC_PATH_ATT_X3) - ax;
 	const int x3 = att_x3_expected(kc_attention_impl(-1), n, m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim);
 	checks++;

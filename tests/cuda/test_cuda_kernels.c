@@ -993,8 +993,8 @@ static void test_glu(const kernel_table *R, int act)
 static const char *att_impl_name(int impl)
 {
 	static const char *names[] = {"",	" chunk",	  " split x2", " split run22", " split nopipe",
-				      " fa16", " fa16 w8", " x3"};
-	return impl >= 0 && impl < 8 ? names[impl] : " ?";
+				      " fa16", " fa16 w8", " x3",	   " tiled"};
+	return impl >= 0 && impl < 9 ? names[impl] : " ?";
 }
 
 /* One set of inputs and one CPU reference, then kc_attention under each of
@@ -1063,23 +1063,24 @@ static void test_attention(const kernel_table *R, int n, int pos0, int nh, int n
 	test_attention_ctx(R, n, pos0, nh, nkv, hd, window, softcap, 5);
 }
 
-/* prefill (n >= 16): the tiled kernel (impl 0), the chunk kernels (1) and
- * the tensor-core kernel with 64 and 128 rows a block (5, 6) on one
- * reference */
+/* prefill (n >= 16): the default (impl 0: the f32-class tensor-core kernel
+ * where head_dim is 64 or 128, else the tiled kernel), the tiled kernel
+ * (8), the chunk kernels (1) and the f16 tensor-core kernel with 64 and 128
+ * rows a block (5, 6) on one reference */
 static void test_prefill_attention(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, int window,
 				   float softcap)
 {
-	static const int impls[] = {0, 1, 5, 6, 7};
+	static const int impls[] = {0, 8, 1, 5, 6};
 	test_attention_impls(R, n, pos0, nh, nkv, hd, window, softcap, 5, impls, 5);
 }
 
-/* The f32-class kernels (the tiled default 0, the tensor-core 7) on q, k,
+/* The f32-class kernels (the tensor-core default 0, the tiled 8) on q, k,
  * v of magnitudes outside f16's range (|v| > 65504, or below its normal
- * range 6.1e-5): 7's per-row power-of-two scales keep it at TOL_ATT. */
+ * range 6.1e-5): 0's per-row power-of-two scales keep it at TOL_ATT. */
 static void test_prefill_attention_mag(const kernel_table *R, int n, int pos0, int nh, int nkv, int hd, float mq,
 				       float mk, float mv)
 {
-	static const int impls[] = {0, 7};
+	static const int impls[] = {0, 8};
 	g_att_mag[0] = mq;
 	g_att_mag[1] = mk;
 	g_att_mag[2] = mv;
@@ -1516,11 +1517,12 @@ att:
 	kc_attention_impl(0);
 	for (int act = 0; act < 3; act++)
 		test_glu(R, act);
-	/* prefill (n >= 16) takes the tiled kernel; the same cases and an
-	 * 8B-like prompt on it, on the chunk kernels and on the tensor-core
-	 * kernel (impls 5, 6: head_dim 64/128/256; the others fall back to the
-	 * tiled kernel, and the case checks that they did). For the tensor-core
-	 * kernel: GQA rep 1/2/3/4/8/16, head_dim 64/128/256, windows inside a
+	/* prefill (n >= 16) takes the f32-class tensor-core kernel for
+	 * head_dim 64/128, else the tiled kernel; the same cases and an
+	 * 8B-like prompt on it, on the tiled kernel (impl 8), the chunk kernels
+	 * and the f16 tensor-core kernel (impls 5, 6: head_dim 64/128/256; the
+	 * others fall back to the tiled kernel, and the case checks that they
+	 * did). For the tensor-core kernels: GQA rep 1/2/3/4/8/16, head_dim 64/128/256, windows inside a
 	 * tile and across tiles, soft-cap, n = 16 and n not a multiple of 16 or
 	 * of the 64-key tile, pos0 > 0 (a later chunk of a prompt), partial
 	 * last row blocks (rep 3: 21 or 42 queries a block, 63 or 126 rows). */
