@@ -2309,66 +2309,130 @@ static __device__ __forceinline__ void tg_block_out(const tg_mats &M, const floa
 		}
 }
 
-/* One block per token: x' = x 2^e, hi/lo in staged order, group sums
- * (group 32, 64 or 128: modelfiles.c's rule). */
-__global__ void __launch_bounds__(256) k_xsplit(const float *__restrict__ X, int n, int cols, int group, int bits,
-						 int wgp, __half *xh, __half *xl, float *xsum, float *inv)
+/* a and b rounded to f16 (the pair's hi word), *lo their remainders */
+static __device__ __forceinline__ uint32_t ft_hilo(float a, float b, uint32_t *lo)
 {
-	__shared__ float sh[32];
-	const int t = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	const __half2 h = __floats2half2_rn(a, b);
+	*lo = tg_h2(a - __low2float(h), b - __high2float(h));
+	return *(const uint32_t *)&h;
+}
+
+/* Staged position of column c within its block of 32 (k_gemm_wg's order:
+ * wgp) or 16 (k_gemm_tc's, by bits): the inverse of wg_perm / tg_perm. */
+static __device__ __forceinline__ int xs_pos(int wgp, int bits, int c)
+{
+	if (wgp)
+		return (c & ~31) | ((c & 3) << 3) | ((c & 31) >> 2);
+	const int b = c & ~15, q = c & 15;
+	if (bits == 4)
+		return b | (q & 8) | ((q & 3) << 1) | ((q >> 2) & 1);
+	if (bits == 8)
+		return b | (q & 12) | ((q & 1) << 1) | ((q >> 1) & 1);
+	if (bits == 2)
+		return b | ((q << 1) & 15) | (q >> 3);
+	return c;
+}
+
+/* Where k_xsplit keeps staged position p in shared memory: the 8-value
+ * chunks of each 32 XORed with the 32-block's index mod 4, so that a warp's
+ * 4 scalar stores of its float4 loads hit 32 distinct banks. */
+static __device__ __forceinline__ int xs_swz(int p)
+{
+	return p ^ (((p >> 5) & 3) << 3);
+}
+
+/* One block per token (XS_THREADS): x' = x 2^e as f16 hi + lo in staged
+ * order, the f32 sum of x' per group (32, 64 or 128: modelfiles.c's rule)
+ * and 2^-e. SM (cols * 4 bytes within the opt-in shared memory): the row's
+ * loads are all issued at once, the max taken on the way, each value
+ * stored to shared memory at its staged position; then each thread turns
+ * 8 consecutive staged values into one 16-byte store of hi and one of lo,
+ * and the group/8 threads of a group add their sums by shuffles. !SM: the
+ * same items read their columns from global memory again (L2). */
+#define XS_THREADS 256
+template <bool SM>
+__global__ void __launch_bounds__(XS_THREADS) k_xsplit(const float *__restrict__ X, int n, int cols, int group,
+							int bits, int wgp, __half *xh, __half *xl, float *xsum,
+							float *inv)
+{
+	extern __shared__ float4 xs_row4[];
+	float *row = (float *)xs_row4;
+	__shared__ float sh[XS_THREADS / 32];
+	const int t = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	const float *x = X + (size_t)t * cols;
 	float mx = 0.0f;
 	if (!(((uintptr_t)x | (uintptr_t)cols * 4) & 15)) { /* 16-byte rows: 4 floats a load */
 		const float4 *x4 = (const float4 *)x;
-#pragma unroll 4
-		for (int j = threadIdx.x; j < cols / 4; j += blockDim.x) {
+#pragma unroll 8
+		for (int j = threadIdx.x; j < cols / 4; j += XS_THREADS) {
 			const float4 v = x4[j];
 			mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+			if constexpr (SM) {
+				row[xs_swz(xs_pos(wgp, bits, 4 * j))] = v.x;
+				row[xs_swz(xs_pos(wgp, bits, 4 * j + 1))] = v.y;
+				row[xs_swz(xs_pos(wgp, bits, 4 * j + 2))] = v.z;
+				row[xs_swz(xs_pos(wgp, bits, 4 * j + 3))] = v.w;
+			}
 		}
 	} else {
-		for (int j = threadIdx.x; j < cols; j += blockDim.x)
-			mx = fmaxf(mx, fabsf(x[j]));
+		for (int j = threadIdx.x; j < cols; j += XS_THREADS) {
+			const float v = x[j];
+			mx = fmaxf(mx, fabsf(v));
+			if constexpr (SM)
+				row[xs_swz(xs_pos(wgp, bits, j))] = v;
+		}
 	}
 	mx = warp_max(mx);
 	if (lane == 0)
 		sh[wid] = mx;
 	__syncthreads();
 	mx = 0.0f;
-	for (int w = 0; w < nw; w++)
+#pragma unroll
+	for (int w = 0; w < XS_THREADS / 32; w++)
 		mx = fmaxf(mx, sh[w]);
 	float iv;
 	const float sc = pow2_scale(mx, &iv);
 	if (threadIdx.x == 0)
 		inv[t] = iv;
-	const int ng = cols / group;
-	__half *hp = xh + (size_t)t * cols, *lp = xl ? xl + (size_t)t * cols : NULL;
-	/* a group's (up to 128) loads first, then its stores: the loads of a
-	 * group (and, unrolled, of the next) are in flight together */
-#pragma unroll 2
-	for (int gi = wid; gi < ng; gi += nw) {
-		float v[4];
+	/* items of 8 staged values; a group's group/8 items sit on adjacent
+	 * lanes of one warp (cols % group == 0), and every lane runs every
+	 * round (the shuffles) */
+	const int items = cols / 8, gl = group / 8;
+	uint4 *hp = (uint4 *)(xh + (size_t)t * cols), *lp = xl ? (uint4 *)(xl + (size_t)t * cols) : NULL;
+	for (int i0 = 0; i0 < items; i0 += XS_THREADS) {
+		const int i = i0 + threadIdx.x;
+		float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+		if (i < items) {
+			if constexpr (SM) {
+				const int si = i ^ ((i >> 2) & 3); /* xs_swz(8 i) / 8 */
+				const float4 a = xs_row4[2 * si], b = xs_row4[2 * si + 1];
+				v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+				v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+			} else {
 #pragma unroll
-		for (int j = 0; j < 4; j++) {
-			/* wgp: k_gemm_wg's order (wg_perm, blocks of 32) */
-			const int q = gi * group + lane + 32 * j;
-			const int col = wgp ? (q & ~31) | wg_perm(q & 31) : (q & ~15) | tg_perm(bits, q & 15);
-			v[j] = 32 * j < group ? x[col] * sc : 0.0f;
+				for (int k = 0; k < 8; k++) {
+					const int q = 8 * i + k; /* staged position: its column */
+					v[k] = x[wgp ? (q & ~31) | wg_perm(q & 31) : (q & ~15) | tg_perm(bits, q & 15)];
+				}
+			}
 		}
 		float s = 0.0f;
+		uint32_t hw[4], lw[4];
 #pragma unroll
-		for (int j = 0; j < 4; j++) {
-			if (32 * j >= group)
-				break;
-			const int q = gi * group + lane + 32 * j;
-			const __half h = __float2half_rn(v[j]);
-			hp[q] = h;
-			if (lp) /* NULL: one-term x (kc_gemm_impl(10-12)) */
-				lp[q] = __float2half_rn(v[j] - __half2float(h));
-			s += v[j];
+		for (int k = 0; k < 4; k++) {
+			const float a = v[2 * k] * sc, b = v[2 * k + 1] * sc;
+			hw[k] = ft_hilo(a, b, &lw[k]);
+			s += a + b;
 		}
-		s = warp_sum(s);
-		if (lane == 0)
-			xsum[(size_t)gi * n + t] = s;
+		if (i < items) {
+			hp[i] = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+			if (lp) /* NULL: one-term x (kc_gemm_impl(10-12)) */
+				lp[i] = make_uint4(lw[0], lw[1], lw[2], lw[3]);
+		}
+		for (int o = gl >> 1; o > 0; o >>= 1)
+			s += __shfl_xor_sync(0xffffffffu, s, o);
+		if (i < items && !(lane & (gl - 1)))
+			xsum[(size_t)(8 * i / group) * n + t] = s;
 	}
 }
 
@@ -3506,6 +3570,13 @@ static int wg_use(int count, const kq_matrix *const *ms)
 	return 1;
 }
 
+/* k_xsplit<true> may take up to the opt-in shared memory (mq_init, after mq_cp_setup) */
+static int xs_attr(void)
+{
+	CK(cudaFuncSetAttribute(k_xsplit<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, g_smem_optin));
+	return 0;
+}
+
 static int tg_split(const float *x, int n, int cols, int group, int bits, int wg, tg_x *o)
 {
 	if (group != 32 && group != 64 && group != 128) /* k_xsplit's loads cover 128 */
@@ -3515,7 +3586,11 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, int wg
 	__half *xh = (__half *)g_tg_ws, *xl = xh + (size_t)n * cols;
 	float *xs = (float *)(xl + (size_t)n * cols), *inv = xs + (size_t)n * (cols / group);
 	const int one = tg_one_term(tg_impl()) && cols % 64 == 0; /* hi only */
-	k_xsplit<<<n, 256, 0, g_stream>>>(x, n, cols, group, bits, wg, xh, one ? NULL : xl, xs, inv);
+	if ((size_t)cols * 4 <= (size_t)g_smem_optin)
+		k_xsplit<true><<<n, XS_THREADS, (size_t)cols * 4, g_stream>>>(x, n, cols, group, bits, wg, xh,
+									      one ? NULL : xl, xs, inv);
+	else
+		k_xsplit<false><<<n, XS_THREADS, 0, g_stream>>>(x, n, cols, group, bits, wg, xh, one ? NULL : xl, xs, inv);
 	LAUNCHED("k_xsplit");
 	*o = {xh, xl, xs, inv, n, cols, group, bits, wg};
 	return 0;
@@ -3719,7 +3794,7 @@ static int mq_init(void)
 	g_mi_pdl_add = g_pdl && e && e[0] == '1';
 	CK(cudaMalloc(&g_mi_x, MQ_SMEM_MAX));
 	return mq_attr<F32>() || mq_attr<F16>() || mq_attr<BF16>() || tg_attr<F32>() || tg_attr<F16>() ||
-		       tg_attr<BF16>() || fa_attr()
+		       tg_attr<BF16>() || fa_attr() || xs_attr()
 		   ? -1
 		   : 0;
 }
@@ -4791,14 +4866,6 @@ static __device__ __forceinline__ void ft_ldsm4t(uint32_t (&r)[4], uint32_t addr
 		     : "r"(addr));
 }
 
-/* a and b rounded to f16 (the pair's hi word), *lo their remainders */
-static __device__ __forceinline__ uint32_t ft_hilo(float a, float b, uint32_t *lo)
-{
-	const __half2 h = __floats2half2_rn(a, b);
-	*lo = tg_h2(a - __low2float(h), b - __high2float(h));
-	return *(const uint32_t *)&h;
-}
-
 /* X3: one row of HD floats (V = HD / 32 a lane, from p + lane V) scaled
  * by a power of two to max |x| in [2^13, 2^14) and stored as f16 hi + lo
  * at hp, lp (+ lane V); returns the inverse scale (warp-uniform). */
@@ -5197,10 +5264,7 @@ extern "C" int kc_attention_impl(int impl)
 
 static int fa_attr(void)
 {
-	int dev = 0, v = 0;
-	CK(cudaGetDevice(&dev));
-	CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-	g_ft_smem_max = (size_t)v;
+	g_ft_smem_max = (size_t)g_smem_optin + (4 << 10); /* the opt-in limit (mq_cp_setup ran first: mq_init) */
 	CK(cudaFuncSetAttribute(k_attn_flash<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(64)));
 	CK(cudaFuncSetAttribute(k_attn_flash<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(128)));
 	CK(cudaFuncSetAttribute(k_attn_flash<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(256)));

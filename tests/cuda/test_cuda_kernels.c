@@ -1434,6 +1434,10 @@ gemm:;
 		test_gemm(R, 129, 2048, 8, 128, KDT_F16, 77);
 		test_gemm(R, 140, 1056, 4, 32, KDT_F32, 90); /* 33 groups of 32: the last k step of 32 columns */
 	}
+	/* rows wider than k_xsplit's shared memory (cols * 4 bytes over the
+	 * opt-in limit: 227 KB on sm_90): its path that reads x twice */
+	test_gemm(R, 96, 65536, 4, 64, KDT_BF16, 40);
+	test_gemm(R, 70, 61440, 2, 32, KDT_F32, 19);
 	/* split-K over more than one wave: 160 blocks (40 row tiles x 4 token
 	 * tiles), on 132 SMs 2 waves against 3 half waves (split) */
 	test_gemm(R, 5120, 256, 4, 64, KDT_BF16, 512);
