@@ -270,9 +270,10 @@ static int glu_norms(const gpu_model *g, int l, int n)
 /* The residual step after the block's last matvec P (input in): x += P in
  * (+ bias; first rmsnorm(., post_w) if post_w), then xb = rmsnorm(x, w)
  * unless w is NULL or the next matvec norms x itself (cons). Fused: P adds
- * into x in its epilogue. */
-static int residual_step(const gpu_model *g, gpu_state *s, const kq_matrix *P, const float *in, const float *bias,
-			 const float *post_w, const float *w, int n, int cons)
+ * into x in its epilogue. With glu_u (n > 1), P's input is act(in) *
+ * glu_u (kc_linear_glu_in: in may hold that product afterwards). */
+static int residual_step(const gpu_model *g, gpu_state *s, const kq_matrix *P, float *in, const float *glu_u,
+			 const float *bias, const float *post_w, const float *w, int n, int cons)
 {
 	const model_config *c = &g->cfg;
 	const int H = c->hidden, one = c->norm_add_one;
@@ -282,7 +283,7 @@ static int residual_step(const gpu_model *g, gpu_state *s, const kq_matrix *P, c
 			return -1;
 		return w && !cons ? kc_rmsnorm(s->x, w, 1, H, c->eps, one, s->xb) : 0;
 	}
-	if (kc_linear(P, in, n, bias, s->tmp))
+	if (glu_u ? kc_linear_glu_in(P, in, glu_u, c->act, n, bias, s->tmp) : kc_linear(P, in, n, bias, s->tmp))
 		return -1;
 	return kc_add_rmsnorm(s->x, s->tmp, post_w, cons ? NULL : w, n, H, c->eps, one, s->xb);
 }
@@ -355,11 +356,13 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 					 vc, s->att, c->attn_scale, c->sliding[l] ? c->window : 0, c->attn_softcap,
 					 s->ctx, s->att_scratch))
 			return -1;
-		if (!(sk & GPU_SKIP_O) && residual_step(g, s, &L->o, s->att, L->o_bias, c->sandwich ? L->post_attn_norm : NULL, L->ffn_norm,
+		if (!(sk & GPU_SKIP_O) && residual_step(g, s, &L->o, s->att, NULL, L->o_bias, c->sandwich ? L->post_attn_norm : NULL, L->ffn_norm,
 				  n, gn))
 			return -1;
-		/* feed-forward block: gn says whether gate/up norms x */
+		/* feed-forward block: gn says whether gate/up norms x; for n > 1
+		 * the GLU's product is formed in the down GEMM's x split (glu_u) */
 		float *gt = s->gate, *up = s->up;
+		const float *glu_u = NULL;
 		if (sk & GPU_SKIP_GLU) {
 		} else if (c->fused_qkv) {
 			const kq_matrix *ms[1] = {&L->gate};
@@ -374,8 +377,16 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 				   kc_copy2d(up, (size_t)I * 4, s->fused + I, (size_t)I * 8, (size_t)I * 4, (size_t)n)) {
 				return -1;
 			}
-			if (kc_glu(gt, up, (size_t)n * I, c->act))
+			if (n > 1)
+				glu_u = up;
+			else if (kc_glu(gt, up, (size_t)n * I, c->act))
 				return -1;
+		} else if (n > 1 && !gn) {
+			const kq_matrix *ms[2] = {&L->gate, &L->up};
+			float *ys[2] = {gt, up};
+			if (kc_linear_multi(2, ms, s->xb, n, NULL, ys))
+				return -1;
+			glu_u = up;
 		} else if (gn ? kc_linear_glu_norm(&L->gate, &L->up, s->x, &fn, c->act, gt)
 			      : kc_linear_glu(&L->gate, &L->up, s->xb, n, c->act, gt, up)) { /* gate/up + GLU */
 			return -1;
@@ -383,7 +394,7 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 		/* residual + the next layer's attention norm (or nothing after the last) */
 		const float *next = l + 1 < c->n_layers ? g->layers[l + 1].attn_norm : NULL;
 		qn = next && qkv_norms(g, l + 1, n);
-		if (!(sk & GPU_SKIP_DOWN) && residual_step(g, s, &L->down, gt, NULL, c->sandwich ? L->post_ffn_norm : NULL, next, n, qn))
+		if (!(sk & GPU_SKIP_DOWN) && residual_step(g, s, &L->down, gt, glu_u, NULL, c->sandwich ? L->post_ffn_norm : NULL, next, n, qn))
 			return -1;
 	}
 	int first = all_logits ? 0 : n - 1, nout = n - first;

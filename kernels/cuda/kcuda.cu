@@ -2343,7 +2343,8 @@ static __device__ __forceinline__ int xs_swz(int p)
 
 /* One block per token (XS_THREADS): x' = x 2^e as f16 hi + lo in staged
  * order, the f32 sum of x' per group (32, 64 or 128: modelfiles.c's rule)
- * and 2^-e. SM (cols * 4 bytes within the opt-in shared memory): the row's
+ * and 2^-e. With U, x is glu_act(X, act) * U as it is loaded (k_glu's
+ * product: kc_linear_glu_in). SM (cols * 4 bytes within the opt-in shared memory): the row's
  * loads are all issued at once, the max taken on the way, each value
  * stored to shared memory at its staged position; then each thread turns
  * 8 consecutive staged values into one 16-byte store of hi and one of lo,
@@ -2351,21 +2352,26 @@ static __device__ __forceinline__ int xs_swz(int p)
  * same items read their columns from global memory again (L2). */
 #define XS_THREADS 256
 template <bool SM>
-__global__ void __launch_bounds__(XS_THREADS) k_xsplit(const float *__restrict__ X, int n, int cols, int group,
-							int bits, int wgp, __half *xh, __half *xl, float *xsum,
-							float *inv)
+__global__ void __launch_bounds__(XS_THREADS) k_xsplit(const float *__restrict__ X, const float *__restrict__ U,
+							int act, int n, int cols, int group, int bits, int wgp,
+							__half *xh, __half *xl, float *xsum, float *inv)
 {
 	extern __shared__ float4 xs_row4[];
 	float *row = (float *)xs_row4;
 	__shared__ float sh[XS_THREADS / 32];
 	const int t = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-	const float *x = X + (size_t)t * cols;
+	const float *x = X + (size_t)t * cols, *u = U ? U + (size_t)t * cols : NULL;
 	float mx = 0.0f;
-	if (!(((uintptr_t)x | (uintptr_t)cols * 4) & 15)) { /* 16-byte rows: 4 floats a load */
-		const float4 *x4 = (const float4 *)x;
+	if (!(((uintptr_t)x | (uintptr_t)u | (uintptr_t)cols * 4) & 15)) { /* 16-byte rows: 4 floats a load */
+		const float4 *x4 = (const float4 *)x, *u4 = (const float4 *)u;
 #pragma unroll 8
 		for (int j = threadIdx.x; j < cols / 4; j += XS_THREADS) {
-			const float4 v = x4[j];
+			float4 v = x4[j];
+			if (u) {
+				const float4 w = u4[j];
+				v = make_float4(glu_act(v.x, act) * w.x, glu_act(v.y, act) * w.y, glu_act(v.z, act) * w.z,
+						glu_act(v.w, act) * w.w);
+			}
 			mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
 			if constexpr (SM) {
 				row[xs_swz(xs_pos(wgp, bits, 4 * j))] = v.x;
@@ -2376,7 +2382,7 @@ __global__ void __launch_bounds__(XS_THREADS) k_xsplit(const float *__restrict__
 		}
 	} else {
 		for (int j = threadIdx.x; j < cols; j += XS_THREADS) {
-			const float v = x[j];
+			const float v = u ? glu_act(x[j], act) * u[j] : x[j];
 			mx = fmaxf(mx, fabsf(v));
 			if constexpr (SM)
 				row[xs_swz(xs_pos(wgp, bits, j))] = v;
@@ -2412,7 +2418,8 @@ __global__ void __launch_bounds__(XS_THREADS) k_xsplit(const float *__restrict__
 #pragma unroll
 				for (int k = 0; k < 8; k++) {
 					const int q = 8 * i + k; /* staged position: its column */
-					v[k] = x[wgp ? (q & ~31) | wg_perm(q & 31) : (q & ~15) | tg_perm(bits, q & 15)];
+					const int c = wgp ? (q & ~31) | wg_perm(q & 31) : (q & ~15) | tg_perm(bits, q & 15);
+					v[k] = u ? glu_act(x[c], act) * u[c] : x[c];
 				}
 			}
 		}
@@ -3577,7 +3584,9 @@ static int xs_attr(void)
 	return 0;
 }
 
-static int tg_split(const float *x, int n, int cols, int group, int bits, int wg, tg_x *o)
+/* x split for n tokens (with u: of glu_act(x, act) * u) */
+static int tg_split(const float *x, int n, int cols, int group, int bits, int wg, tg_x *o, const float *u = NULL,
+		    int act = 0)
 {
 	if (group != 32 && group != 64 && group != 128) /* k_xsplit's loads cover 128 */
 		return fail("k_xsplit: group size not 32, 64 or 128", cudaErrorInvalidValue);
@@ -3587,10 +3596,11 @@ static int tg_split(const float *x, int n, int cols, int group, int bits, int wg
 	float *xs = (float *)(xl + (size_t)n * cols), *inv = xs + (size_t)n * (cols / group);
 	const int one = tg_one_term(tg_impl()) && cols % 64 == 0; /* hi only */
 	if ((size_t)cols * 4 <= (size_t)g_smem_optin)
-		k_xsplit<true><<<n, XS_THREADS, (size_t)cols * 4, g_stream>>>(x, n, cols, group, bits, wg, xh,
+		k_xsplit<true><<<n, XS_THREADS, (size_t)cols * 4, g_stream>>>(x, u, act, n, cols, group, bits, wg, xh,
 									      one ? NULL : xl, xs, inv);
 	else
-		k_xsplit<false><<<n, XS_THREADS, 0, g_stream>>>(x, n, cols, group, bits, wg, xh, one ? NULL : xl, xs, inv);
+		k_xsplit<false><<<n, XS_THREADS, 0, g_stream>>>(x, u, act, n, cols, group, bits, wg, xh, one ? NULL : xl,
+								xs, inv);
 	LAUNCHED("k_xsplit");
 	*o = {xh, xl, xs, inv, n, cols, group, bits, wg};
 	return 0;
@@ -3957,6 +3967,26 @@ extern "C" int kc_linear(const kq_matrix *m, const float *x, int n, const float 
 	}
 }
 
+extern "C" int kc_linear_glu_in(const kq_matrix *m, float *g, const float *u, int act, int n, const float *bias,
+				float *y)
+{
+	if (check_matrix(m))
+		return -1;
+	if (n < 1)
+		return 0;
+	if (n > 1 && tg_ok(m)) {
+		tg_x sx;
+		const kq_matrix *ms[1] = {m};
+		const float *bs[1] = {bias};
+		float *ys[1] = {y};
+		return tg_split(g, n, m->cols, m->group_size, m->bits, wg_use(1, ms), &sx, u, act) ||
+				       tg_run(1, ms, sx, bs, ys)
+			       ? -1
+			       : 0;
+	}
+	return kc_glu(g, u, (size_t)n * m->cols, act) || kc_linear(m, g, n, bias, y) ? -1 : 0;
+}
+
 extern "C" int kc_linear_multi(int count, const kq_matrix *const *ms, const float *x, int n,
 			       const float *const *bias, float *const *y)
 {
@@ -4231,47 +4261,67 @@ static __device__ __forceinline__ float rope_hi(float lo, float hi, float2 cs)
 	return __fmaf_rn(lo, cs.y, __fmul_rn(hi, cs.x));
 }
 
-/* grid (n, nh + nkv), block = head_dim rounded up to 32. Block y < nh is a
- * q head (rotated in place); else a kv head: k rotated into the cache row,
- * v copied into the cache row. */
-__global__ void k_qk_rope_append(float *q, float *k, const float *v, int nh, int nkv, int hd, int rot_dim,
+/* grid (ceil(n / QR_TOK), nh + nkv), block = head_dim rounded up to 32.
+ * Block y < nh is a q head (rotated in place); else a kv head: k rotated
+ * into the cache row, v copied into the cache row. A block takes QR_TOK
+ * tokens of its head: their loads are issued together, then each token is
+ * normed and rotated as one (run 8B prefill 512: 20,480 one-token blocks
+ * took 27 us, ten waves of a load's latency). */
+#define QR_TOK 8
+__global__ void k_qk_rope_append(float *q, float *k, const float *v, int n, int nh, int nkv, int hd, int rot_dim,
 				 const int *d_pos, const float *inv_freq, float mscale, const float *q_norm,
 				 const float *k_norm, float eps, float one, float *kc, float *vc)
 {
 	pdl_trigger();
 	pdl_wait();
 	__shared__ float sh[32];
-	__shared__ float xs[1024];
-	int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-	int pos = *d_pos + t;
-	bool isq = h < nh;
-	int kh = h - nh;
-	float *src = isq ? q + ((size_t)t * nh + h) * hd : k + ((size_t)t * nkv + kh) * hd;
-	const float *nw = isq ? q_norm : k_norm;
-	float val = d < hd ? src[d] : 0.0f;
-	if (nw) {
-		float ss = block_sum(val * val, sh);
-		float inv = 1.0f / sqrtf(ss / (float)hd + eps);
-		if (d < hd)
-			val = qk_normed(val, inv, nw[d], one);
+	__shared__ float xs[2][1024]; /* by token parity: one barrier a token */
+	const int t0 = blockIdx.x * QR_TOK, h = blockIdx.y, d = threadIdx.x, nt = min(QR_TOK, n - t0);
+	const bool isq = h < nh;
+	const int kh = h - nh;
+	float val[QR_TOK], vv[QR_TOK];
+#pragma unroll
+	for (int j = 0; j < QR_TOK; j++) {
+		const size_t t = (size_t)(t0 + j);
+		val[j] = vv[j] = 0.0f;
+		if (j < nt && d < hd) {
+			val[j] = isq ? q[(t * nh + h) * hd + d] : k[(t * nkv + kh) * hd + d];
+			if (!isq)
+				vv[j] = v[(t * nkv + kh) * hd + d];
+		}
 	}
-	if (d < hd)
-		xs[d] = val;
-	__syncthreads();
-	int half = rot_dim / 2;
-	float o = val;
-	if (d < half)
-		o = rope_lo(xs[d], xs[d + half], rope_cs(pos, inv_freq[d], mscale));
-	else if (d < rot_dim)
-		o = rope_hi(xs[d - half], xs[d], rope_cs(pos, inv_freq[d - half], mscale));
-	if (d >= hd)
-		return;
-	if (isq) {
-		src[d] = o;
-	} else {
-		size_t row = ((size_t)pos * nkv + kh) * hd + d;
-		kc[row] = o;
-		vc[row] = v[((size_t)t * nkv + kh) * hd + d];
+	const int pos0 = *d_pos + t0, half = rot_dim / 2;
+	const float *nw = isq ? q_norm : k_norm;
+#pragma unroll
+	for (int j = 0; j < QR_TOK; j++) {
+		if (j >= nt) /* the same for the whole block */
+			break;
+		float x = val[j];
+		if (nw) {
+			const float ss = block_sum(x * x, sh);
+			const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+			if (d < hd)
+				x = qk_normed(x, inv, nw[d], one);
+		}
+		float *xb = xs[j & 1];
+		if (d < hd)
+			xb[d] = x;
+		__syncthreads();
+		float o = x;
+		if (d < half)
+			o = rope_lo(xb[d], xb[d + half], rope_cs(pos0 + j, inv_freq[d], mscale));
+		else if (d < rot_dim)
+			o = rope_hi(xb[d - half], xb[d], rope_cs(pos0 + j, inv_freq[d - half], mscale));
+		if (d >= hd)
+			continue;
+		const size_t t = (size_t)(t0 + j);
+		if (isq) {
+			q[(t * nh + h) * hd + d] = o;
+		} else {
+			const size_t row = ((size_t)(pos0 + j) * nkv + kh) * hd + d;
+			kc[row] = o;
+			vc[row] = vv[j];
+		}
 	}
 }
 
@@ -4285,8 +4335,8 @@ extern "C" int kc_qk_rope_append(float *q, float *k, const float *v, int n, int 
 	}
 	if (n < 1)
 		return 0;
-	dim3 grid(n, nh + nkv);
-	k_qk_rope_append<<<grid, (hd + 31) / 32 * 32, 0, g_stream>>>(q, k, v, nh, nkv, hd, rot_dim, d_pos, inv_freq,
+	dim3 grid((n + QR_TOK - 1) / QR_TOK, nh + nkv);
+	k_qk_rope_append<<<grid, (hd + 31) / 32 * 32, 0, g_stream>>>(q, k, v, n, nh, nkv, hd, rot_dim, d_pos, inv_freq,
 								     mscale, q_norm, k_norm, eps,
 								     add_one ? 1.0f : 0.0f, kcache, vcache);
 	LAUNCHED("k_qk_rope_append");

@@ -144,6 +144,13 @@ int kc_matvec_impl(int impl);
  * kc_linear_multi into g_out and u_out, then kc_glu. */
 int kc_linear_glu(const kq_matrix *gate, const kq_matrix *up, const float *x, int n, int act, float *g_out,
 		  float *u_out);
+/* The feed-forward output: y[n][rows] = (act(g) * u) W^T (+ bias), g and u
+ * [n][cols] (act as kc_glu). Where the tensor-core GEMM takes m (n > 1,
+ * kc_linear's rule) the product is formed inside its x split (no pass of
+ * its own) and g is left as it was; elsewhere kc_glu(g, u) then
+ * kc_linear, so g holds the product: callers must not rely on g after
+ * the call. */
+int kc_linear_glu_in(const kq_matrix *m, float *g, const float *u, int act, int n, const float *bias, float *y);
 /* ---- decode (n == 1): the residual add and the RMSNorm inside the matvecs ----
  * The layer's residual steps (x += o(att); then the ffn norm; x += down(h);
  * then the next norm) without a launch of their own:

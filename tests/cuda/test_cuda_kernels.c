@@ -597,6 +597,18 @@ static void scale_x4(kq_matrix *h)
 
 /* gate/up + GLU in one launch (kc_linear_glu) against two reference
  * matvecs and the reference GLU (act 2, GELU erf, computed here). */
+/* g[i] = act(g[i]) * u[i] on the host: the CPU table's GLU (act 0 SiLU,
+ * 1 GELU tanh), act 2 GELU erf written out here (the table has none) */
+static void ref_glu(const kernel_table *R, float *g, const float *u, size_t n, int act)
+{
+	if (act < 2) {
+		R->glu(g, u, (int)n, act);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		g[i] = 0.5f * g[i] * (1.0f + erff(g[i] / sqrtf(2.0f))) * u[i];
+}
+
 static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int act)
 {
 	kq_matrix hg = host_matrix(rows, cols, bits, gs, sdt), hu = host_matrix(rows, cols, bits, gs, sdt), dg, du;
@@ -608,12 +620,7 @@ static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits,
 	R->matvec(&hu, x, NULL, up);
 	for (int i = 0; i < rows; i++) /* gate values ~N(0,1/3): scale so the activation's shape matters */
 		ref[i] *= 4.0f;
-	if (act < 2) {
-		R->glu(ref, up, rows, act);
-	} else {
-		for (int i = 0; i < rows; i++)
-			ref[i] = 0.5f * ref[i] * (1.0f + erff(ref[i] / sqrtf(2.0f))) * up[i];
-	}
+	ref_glu(R, ref, up, (size_t)rows, act);
 	/* the same scaling on the device: x4 on every gate scale and bias is
 	 * exact in every dtype, so scale the host copy and upload again */
 	kc_matrix_free(&dg);
@@ -650,12 +657,7 @@ static void test_gemm_glu(const kernel_table *R, int rows, int cols, int bits, i
 	fill(x, (size_t)n * cols, -1, 1);
 	R->matmul(&hg, x, n, NULL, ref);
 	R->matmul(&hu, x, n, NULL, up);
-	if (act < 2) {
-		R->glu(ref, up, (int)ny, act);
-	} else {
-		for (size_t i = 0; i < ny; i++)
-			ref[i] = 0.5f * ref[i] * (1.0f + erff(ref[i] / sqrtf(2.0f))) * up[i];
-	}
+	ref_glu(R, ref, up, ny, act);
 	float *dx = dup_dev(x, (size_t)n * cols), *dy = dalloc(ny * 4), *dz = dalloc(ny * 4);
 	for (int ii = 0, ni = gemm_impls(1); ii < ni; ii++) {
 		gemm_impl_at(ii);
@@ -689,6 +691,54 @@ static int same_bits(const float *a, const float *b, size_t n)
 	free(hb);
 	return same;
 }
+
+/* kc_linear_glu_in: y = (act(g) u) W^T + bias against the reference GLU
+ * and the CPU GEMM, output poisoned: under every GEMM variant (gemm_impls;
+ * n > 1: the product formed in the x split, g checked untouched), then
+ * under the SIMT GEMM (kc_gemm_impl(1)) and for n == 1, where kc_glu then
+ * kc_linear run (g re-uploaded before each call). */
+static void test_gemm_glu_in(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int act, int n)
+{
+	kq_matrix h = host_matrix(rows, cols, bits, gs, sdt), d;
+	if (kc_matrix_upload(&h, &d))
+		die("upload");
+	const size_t nx = (size_t)n * cols, ny = (size_t)n * rows;
+	float *g = malloc(nx * 4), *u = malloc(nx * 4), *p = malloc(nx * 4), *bias = malloc((size_t)rows * 4),
+	      *ref = malloc(ny * 4);
+	fill(g, nx, -4, 4);
+	fill(u, nx, -1, 1);
+	fill(bias, (size_t)rows, -1, 1);
+	memcpy(p, g, nx * 4);
+	ref_glu(R, p, u, nx, act);
+	R->matmul(&h, p, n, bias, ref);
+	float *dg = dup_dev(g, nx), *dg0 = dup_dev(g, nx), *du = dup_dev(u, nx), *db = dup_dev(bias, (size_t)rows),
+	      *dy = dalloc(ny * 4);
+	const int ni = gemm_impls(0), last = n > 1 ? ni : 0; /* ii == last: the SIMT GEMM */
+	for (int ii = 0; ii <= last; ii++) {
+		if (ii < last)
+			gemm_impl_at(ii);
+		else
+			kc_gemm_impl(1);
+		poison(dy, ny * 4);
+		const uint64_t fx = kc_path_count(KC_PATH_GEMM_F16X);
+		if (kc_upload(dg, g, nx * 4) || kc_linear_glu_in(&d, dg, du, act, n, db, dy))
+			die("kc_linear_glu_in");
+		char name[112];
+		snprintf(name, sizeof(name), "gemm glu-in %s b%d g%d %s %dx%d n%d act %d", ii < last ? gemm_impl_name() : "simt",
+			 bits, gs, dtn(sdt), rows, cols, n, act);
+		compare(name, dy, ref, ny, gemm_tol(name, fx, cols, n));
+		if (ii < last) {
+			snprintf(name, sizeof(name), "gemm glu-in %s b%d g%d n%d: g untouched", gemm_impl_name(), bits, gs, n);
+			expect(same_bits(dg, dg0, nx), name);
+		}
+	}
+	kc_gemm_impl(g_impl_base);
+	kc_free(dg); kc_free(dg0); kc_free(du); kc_free(db); kc_free(dy);
+	kc_matrix_free(&d);
+	host_free(&h);
+	free(g); free(u); free(p); free(bias); free(ref);
+}
+
 
 /* The residual fusions (kcuda.h, "the residual add and the RMSNorm inside
  * the matvecs") against the CPU, fresh inputs each: x of [-2, 2] times xs
@@ -975,12 +1025,7 @@ static void test_glu(const kernel_table *R, int act)
 	fill(u, n, -2, 2);
 	float *dg = dup_dev(g, n), *du = dup_dev(u, n);
 	memcpy(ref, g, n * 4);
-	if (act < 2) {
-		R->glu(ref, u, (int)n, act);
-	} else {
-		for (size_t i = 0; i < n; i++)
-			ref[i] = 0.5f * g[i] * (1.0f + erff(g[i] / sqrtf(2.0f))) * u[i];
-	}
+	ref_glu(R, ref, u, n, act);
 	if (kc_glu(dg, du, n, act))
 		die("kc_glu");
 	char name[64];
@@ -1458,6 +1503,16 @@ gemm:;
 					      (bi + dt) % 3, gemm_n[(bi + gi + dt) % 3]);
 	test_gemm_glu(R, 300, 4096, 4, 64, KDT_F16, 0, 200);
 	test_gemm_glu(R, 130, 1056, 4, 32, KDT_BF16, 1, 70); /* cols % 64 != 0: k steps of 32 */
+	/* the down GEMM with the GLU in its x split: every act, the wgmma and
+	 * mma.sync kernels' staged orders (4 bits g64 / g128; 8, 2, 3 bits), a
+	 * real width, cols past the split's shared memory, n == 1 */
+	test_gemm_glu_in(R, 160, 512, 4, 64, KDT_F16, 0, 129);
+	test_gemm_glu_in(R, 130, 640, 8, 32, KDT_BF16, 1, 63);
+	test_gemm_glu_in(R, 70, 768, 2, 128, KDT_F32, 2, 200);
+	test_gemm_glu_in(R, 96, 384, 3, 64, KDT_BF16, 0, 33);
+	test_gemm_glu_in(R, 200, 14336, 4, 64, KDT_BF16, 0, 65);
+	test_gemm_glu_in(R, 64, 61440, 4, 128, KDT_F16, 1, 17);
+	test_gemm_glu_in(R, 100, 1024, 4, 64, KDT_F16, 2, 1);
 	/* kc_gemm_impl(8) and (10-12) took split-K where the rule says (every
 	 * GEMM above checks it: expect_splitk); the shapes above other than
 	 * the 5120-row one are grids of 2 to 16 blocks, which split on any
