@@ -104,8 +104,8 @@ cp "$W"/mlx-$MLX_VERSION-*.whl "$W"/mlx_lm-$MLX_LM_VERSION-*.whl "$W"/diskcache-
 CUDA_WHL=$(ls "$W"/mlx_cuda_13-$MLX_VERSION-*.whl)
 (cd "$(dirname "$CUDA_WHL")" && sha256sum "$(basename "$CUDA_WHL")") > "$DEST/whl/mlx_cuda.sha256"
 cp "$DEST/whl/mlx_cuda.sha256" "$DEST-2/whl/"
-LIMIT_KB=${LIMIT_KB:-62000}  # under 64 MiB with the checkout
-TREE_KB=$(git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 du -ck 2>/dev/null) | tail -1 | cut -f1)
+LIMIT_KB=${LIMIT_KB:-64000}  # under 64 MiB (65536 KiB) with the checkout
+TREE_KB=$(git -C "$ROOT" ls-files -z | (cd "$ROOT" && xargs -0 du -ck --apparent-size 2>/dev/null) | tail -1 | cut -f1)
 FIRST_KB=$((LIMIT_KB - TREE_KB - $(du -sk "$DEST" | cut -f1)))
 [ "$FIRST_KB" -gt 0 ] || FIRST_KB=1
 head -c $((FIRST_KB * 1024)) "$CUDA_WHL" > "$DEST/whl/$(basename "$CUDA_WHL").part0"
