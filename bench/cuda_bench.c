@@ -510,8 +510,8 @@ static void bench_gemm(const int *ns, int nn)
 	} ms[] = {
 		{"qkv 3x(4096|1024|1024)x4096", 3, 4096, {4096, 1024, 1024}, 0},
 		{"o 4096x4096", 1, 4096, {4096, 0, 0}, 0},
-		{"gate/up+GLU 2x14336x4096", 2, 4096, {14336, 14336, 0}, 1},
-		{"down 4096x14336", 1, 14336, {4096, 0, 0}, 0},
+		{"gate/up 2x14336x4096", 2, 4096, {14336, 14336, 0}, 0},
+		{"GLU+down 4096x14336", 1, 14336, {4096, 0, 0}, 1}, /* the GLU in the x split */
 	};
 	for (int ni = 0; ni < nn; ni++) {
 		int n = ns[ni];
@@ -534,9 +534,12 @@ static void bench_gemm(const int *ns, int nn)
 					die("matrix");
 				outs += ms[k].rows[i];
 			}
-			float *x = kc_malloc((size_t)n * ms[k].cols * 4), *y[3];
+			float *x = kc_malloc((size_t)n * ms[k].cols * 4), *u = NULL, *y[3];
 			if (!x || kc_fill_uniform(x, (size_t)n * ms[k].cols, -1, 1, 7))
 				die("x");
+			if (ms[k].glu && (!(u = kc_malloc((size_t)n * ms[k].cols * 4)) ||
+					  kc_fill_uniform(u, (size_t)n * ms[k].cols, -1, 1, 8)))
+				die("u");
 			for (int i = 0; i < ms[k].count; i++)
 				if (!(y[i] = kc_malloc((size_t)n * ms[k].rows[i] * 4)))
 					die("y");
@@ -548,7 +551,7 @@ static void bench_gemm(const int *ns, int nn)
 				double ts[3];
 				for (int r = 0; r < reps; r++) {
 					kc_timer_mark(4);
-					if (ms[k].glu ? kc_linear_glu(mp[0], mp[1], x, n, 0, y[0], y[1])
+					if (ms[k].glu ? kc_linear_glu_in(mp[0], x, u, 0, n, NULL, y[0])
 						      : kc_linear_multi(ms[k].count, mp, x, n, NULL, y))
 						die("gemm");
 					kc_timer_mark(5);
@@ -570,6 +573,8 @@ static void bench_gemm(const int *ns, int nn)
 				kc_free(y[i]);
 			}
 			kc_free(x);
+			if (u)
+				kc_free(u);
 		}
 		printf("%-28s", "sum (one layer)");
 		for (int i = 0; i < NI; i++)

@@ -34,8 +34,10 @@
  *                    (head_dim other than 64/128; kc_attention_impl 8)
  *   k_attn_fa16      the same on the tensor cores: X3, f32-class (q, k, v
  *                    as f16 hi + lo, 3 mmas a product; the default for
- *                    head_dim 64/128), or f16 operands (fast prefill:
- *                    kc_attention_impl 6; 5 with 64 rows a block)
+ *                    head_dim 64/128 where the device's opt-in shared
+ *                    memory holds it: 205 KB at 128, sm_90), or f16
+ *                    operands (fast prefill: kc_attention_impl 6; 5 with
+ *                    64 rows a block)
  *   k_attn_chunk     attention over one chunk of keys for one GQA group,
  *   k_attn_dec       online softmax (k_attn_dec: n < 16, three bulk phases);
  *   k_attn_merge     the merge combines the chunks
@@ -2334,8 +2336,10 @@ static __device__ __forceinline__ int xs_pos(int wgp, int bits, int c)
 }
 
 /* Where k_xsplit keeps staged position p in shared memory: the 8-value
- * chunks of each 32 XORed with the 32-block's index mod 4, so that a warp's
- * 4 scalar stores of its float4 loads hit 32 distinct banks. */
+ * chunks of each 32 XORed with the 32-block's index mod 4, so that in
+ * k_gemm_wg's order (wg_perm) a warp's 4 scalar stores of its float4
+ * loads hit 32 distinct banks (k_gemm_tc's orders keep a 4-way conflict
+ * there: their low two bits are fixed per store). */
 static __device__ __forceinline__ int xs_swz(int p)
 {
 	return p ^ (((p >> 5) & 3) << 3);
@@ -3588,7 +3592,7 @@ static int xs_attr(void)
 static int tg_split(const float *x, int n, int cols, int group, int bits, int wg, tg_x *o, const float *u = NULL,
 		    int act = 0)
 {
-	if (group != 32 && group != 64 && group != 128) /* k_xsplit's loads cover 128 */
+	if (group != 32 && group != 64 && group != 128) /* k_xsplit: group / 8 lanes of a warp add a group's sums */
 		return fail("k_xsplit: group size not 32, 64 or 128", cudaErrorInvalidValue);
 	if (tg_reserve(tg_ws_bytes(n, cols, group)))
 		return -1;
@@ -3928,6 +3932,19 @@ static int matvec_fused(int count, const kq_matrix *const *ms, const float *x, c
 	}
 }
 
+/* One matrix on the tensor-core GEMM (n > 1, tg_ok): x split (with u: of
+ * glu_act(x, act) * u), then the launch. */
+static int tg_linear1(const kq_matrix *m, const float *x, const float *u, int act, int n, const float *bias, float *y)
+{
+	tg_x sx;
+	const kq_matrix *ms[1] = {m};
+	const float *bs[1] = {bias};
+	float *ys[1] = {y};
+	return tg_split(x, n, m->cols, m->group_size, m->bits, wg_use(1, ms), &sx, u, act) || tg_run(1, ms, sx, bs, ys)
+		       ? -1
+		       : 0;
+}
+
 extern "C" int kc_linear(const kq_matrix *m, const float *x, int n, const float *bias, float *y)
 {
 	if (check_matrix(m))
@@ -3950,15 +3967,8 @@ extern "C" int kc_linear(const kq_matrix *m, const float *x, int n, const float 
 		LAUNCHED("k_matvec_dense");
 		return 0;
 	}
-	if (tg_ok(m)) {
-		tg_x sx;
-		const kq_matrix *ms[1] = {m};
-		const float *bs[1] = {bias};
-		float *ys[1] = {y};
-		return tg_split(x, n, m->cols, m->group_size, m->bits, wg_use(1, ms), &sx) || tg_run(1, ms, sx, bs, ys)
-			       ? -1
-			       : 0;
-	}
+	if (tg_ok(m))
+		return tg_linear1(m, x, NULL, 0, n, bias, y);
 	kdtype dt = m->bits ? m->sdt : m->wdt;
 	switch (dt) {
 	case KDT_F32: return gemm_dispatch<F32>(m, x, n, bias, y);
@@ -3974,16 +3984,8 @@ extern "C" int kc_linear_glu_in(const kq_matrix *m, float *g, const float *u, in
 		return -1;
 	if (n < 1)
 		return 0;
-	if (n > 1 && tg_ok(m)) {
-		tg_x sx;
-		const kq_matrix *ms[1] = {m};
-		const float *bs[1] = {bias};
-		float *ys[1] = {y};
-		return tg_split(g, n, m->cols, m->group_size, m->bits, wg_use(1, ms), &sx, u, act) ||
-				       tg_run(1, ms, sx, bs, ys)
-			       ? -1
-			       : 0;
-	}
+	if (n > 1 && tg_ok(m))
+		return tg_linear1(m, g, u, act, n, bias, y);
 	return kc_glu(g, u, (size_t)n * m->cols, act) || kc_linear(m, g, n, bias, y) ? -1 : 0;
 }
 

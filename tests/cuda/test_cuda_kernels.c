@@ -595,8 +595,6 @@ static void scale_x4(kq_matrix *h)
 	}
 }
 
-/* gate/up + GLU in one launch (kc_linear_glu) against two reference
- * matvecs and the reference GLU (act 2, GELU erf, computed here). */
 /* g[i] = act(g[i]) * u[i] on the host: the CPU table's GLU (act 0 SiLU,
  * 1 GELU tanh), act 2 GELU erf written out here (the table has none) */
 static void ref_glu(const kernel_table *R, float *g, const float *u, size_t n, int act)
@@ -609,6 +607,8 @@ static void ref_glu(const kernel_table *R, float *g, const float *u, size_t n, i
 		g[i] = 0.5f * g[i] * (1.0f + erff(g[i] / sqrtf(2.0f))) * u[i];
 }
 
+/* gate/up + GLU in one launch (kc_linear_glu) against two reference
+ * matvecs and the reference GLU (ref_glu). */
 static void test_linear_glu(const kernel_table *R, int rows, int cols, int bits, int gs, kdtype sdt, int act)
 {
 	kq_matrix hg = host_matrix(rows, cols, bits, gs, sdt), hu = host_matrix(rows, cols, bits, gs, sdt), dg, du;
@@ -713,21 +713,26 @@ static void test_gemm_glu_in(const kernel_table *R, int rows, int cols, int bits
 	R->matmul(&h, p, n, bias, ref);
 	float *dg = dup_dev(g, nx), *dg0 = dup_dev(g, nx), *du = dup_dev(u, nx), *db = dup_dev(bias, (size_t)rows),
 	      *dy = dalloc(ny * 4);
-	const int ni = gemm_impls(0), last = n > 1 ? ni : 0; /* ii == last: the SIMT GEMM */
+	const int ni = gemm_impls(0), last = n > 1 ? ni : 0; /* ii == last: the SIMT GEMM (n == 1: the matvec) */
 	for (int ii = 0; ii <= last; ii++) {
 		if (ii < last)
 			gemm_impl_at(ii);
 		else
 			kc_gemm_impl(1);
 		poison(dy, ny * 4);
-		const uint64_t fx = kc_path_count(KC_PATH_GEMM_F16X);
+		const uint64_t fx = kc_path_count(KC_PATH_GEMM_F16X), sk = kc_path_count(KC_PATH_SPLITK),
+			       wgc = kc_path_count(KC_PATH_GEMM_WG);
 		if (kc_upload(dg, g, nx * 4) || kc_linear_glu_in(&d, dg, du, act, n, db, dy))
 			die("kc_linear_glu_in");
+		/* the tensor-core GEMM took it: n > 1 under any variant but the SIMT one */
+		const int tc = n > 1 && kc_gemm_impl(-1) != 1;
 		char name[112];
-		snprintf(name, sizeof(name), "gemm glu-in %s b%d g%d %s %dx%d n%d act %d", ii < last ? gemm_impl_name() : "simt",
-			 bits, gs, dtn(sdt), rows, cols, n, act);
+		snprintf(name, sizeof(name), "gemm glu-in %s b%d g%d %s %dx%d n%d act %d",
+			 n == 1 ? "matvec" : tc ? gemm_impl_name() : "simt", bits, gs, dtn(sdt), rows, cols, n, act);
 		compare(name, dy, ref, ny, gemm_tol(name, fx, cols, n));
-		if (ii < last) {
+		if (tc) {
+			expect_splitk(name, sk, n, cols, gs, bits, (rows + 127) / 128);
+			expect_wg(name, wgc, n, cols, bits, gs, sdt);
 			snprintf(name, sizeof(name), "gemm glu-in %s b%d g%d n%d: g untouched", gemm_impl_name(), bits, gs, n);
 			expect(same_bits(dg, dg0, nx), name);
 		}
@@ -1543,6 +1548,8 @@ att:
 	test_rope(R, 5, 8, 2, 128, 128, 1, 1.0f, 4000);
 	test_rope(R, 2, 4, 4, 96, 48, 1, 1.19f, 17); /* partial rotation, LongRoPE scale */
 	test_rope(R, 1, 4, 1, 256, 256, 1, 1.0f, 123456);
+	test_rope(R, 19, 8, 2, 128, 128, 1, 1.0f, 7);   /* 3 blocks of 8 tokens, the last partial */
+	test_rope(R, 16, 4, 4, 64, 32, 0, 1.0f, 300);   /* 2 whole blocks, partial rotation */
 	/* decode with q/k norm + RoPE + KV append inside the split kernel
 	 * (kc_qk_rope_attention): contexts 1, 2, 17, 4096 (partials merged by
 	 * the last block, which holds key p), 4097, GQA 1/4/8 and 4 padded to
