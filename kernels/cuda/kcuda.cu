@@ -3179,6 +3179,7 @@ static int impl_swap(int *var, int impl)
 
 static int g_mv_impl; /* kc_matvec_impl */
 static int g_cp_w, g_cp_ns; /* MLXR_CUDA_CP=W,NS: k_matvec_cp's warps per block and stages (benchmarks) */
+static int g_smem_block = 227 << 10; /* the device's opt-in shared memory a block (mq_cp_setup) */
 static int g_smem_optin = 223 << 10; /* k_matvec_cp's dynamic shared memory per block: the opt-in limit less its static */
 
 extern "C" int kc_matvec_impl(int impl)
@@ -3489,6 +3490,7 @@ static int mq_cp_setup(void)
 	int dev = 0, v = 0;
 	CK(cudaGetDevice(&dev));
 	CK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+	g_smem_block = v;
 	g_smem_optin = v - (4 << 10); /* dynamic + static (red, nss: <= 2.1 KB) must fit the opt-in limit */
 	const char *e = getenv("MLXR_CUDA_CP");
 	int w = 0, n = 0;
@@ -5181,6 +5183,11 @@ __global__ void __launch_bounds__(32 * NW)
 			o[d][2] *= al[1];
 			o[d][3] *= al[1];
 		}
+		/* V's ldmatrix (transposed) for k step kk, dims 16dp..: keys 16kk +
+		 * 0..7 / 8..15 ((lane >> 3) & 1) x dims 16dp + 0 / 8 (lane >> 4) */
+		auto v_frag = [&](int kk, int dp) {
+			return (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + dp * 16 + (lane >> 4) * 8;
+		};
 		if constexpr (X3) {
 			/* P' = P s_v / E as hi + lo fragments of every k step first;
 			 * then, per pair of dim n-tiles, this tile's P' V in fresh
@@ -5206,8 +5213,7 @@ __global__ void __launch_bounds__(32 * NW)
 				float t0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
 				for (int kk = 0; kk < KT / 16; kk++) {
-					/* as below: keys 16kk + .., dims 16dp + .. */
-					const int vo = (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + dp * 16 + (lane >> 4) * 8;
+					const int vo = v_frag(kk, dp);
 					uint32_t b[4], bl[4];
 					ft_ldsm4t(b, smem_u32(Vh + vo));
 					ft_ldsm4t(bl, smem_u32(Vl + vo));
@@ -5234,10 +5240,8 @@ __global__ void __launch_bounds__(32 * NW)
 						       tg_h2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
 				for (int dp = 0; dp < NDN / 2; dp++) {
-					/* matrices (transposed): keys 16kk + 0..7 / 8..15 ((lane >> 3) & 1) x dims 16dp + 0 / 8 (lane >> 4) */
 					uint32_t b[4];
-					ft_ldsm4t(b, smem_u32(Vh + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + dp * 16 +
-							      (lane >> 4) * 8));
+					ft_ldsm4t(b, smem_u32(Vh + v_frag(kk, dp)));
 					const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
 					tg_mma(o[2 * dp], a, b0);
 					tg_mma(o[2 * dp + 1], a, b1);
@@ -5261,8 +5265,6 @@ __global__ void __launch_bounds__(32 * NW)
 	}
 }
 
-static size_t g_ft_smem_max; /* the device's opt-in shared memory a block (fa_attr) */
-
 /* k_attn_fa16 (kc_attention_impl 5: 4 warps, 64 rows a block; 6: 8 warps,
  * 128 rows; X3: the f32-class variant, 8 warps) where head_dim is 64, 128
  * or 256 (X3: 64 or 128) and rep fits a block's rows; 1 (not launched)
@@ -5281,7 +5283,7 @@ static int ft_try_nw(const float *q, const float *kcache, const float *vcache, f
 		     int nh, int nkv, int hd, float scale, int window, float softcap)
 {
 	const int rep = nh / nkv, bq = 16 * NW / rep;
-	if ((hd != 64 && hd != 128 && (hd != 256 || X3)) || bq < 1 || ft_smem(hd, NW, X3) > g_ft_smem_max)
+	if ((hd != 64 && hd != 128 && (hd != 256 || X3)) || bq < 1 || ft_smem(hd, NW, X3) > (size_t)g_smem_block)
 		return 1;
 	dim3 grid((n + bq - 1) / bq, nkv);
 	if (hd == 64)
@@ -5301,7 +5303,7 @@ static int ft_try_nw(const float *q, const float *kcache, const float *vcache, f
 template <int HD, int NW, bool X3>
 static int ft_attr1(void)
 {
-	if (ft_smem(HD, NW, X3) <= g_ft_smem_max)
+	if (ft_smem(HD, NW, X3) <= (size_t)g_smem_block) /* mq_cp_setup ran first: mq_init */
 		CK(cudaFuncSetAttribute(k_attn_fa16<HD, NW, X3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					(int)ft_smem(HD, NW, X3)));
 	return 0;
@@ -5316,7 +5318,6 @@ extern "C" int kc_attention_impl(int impl)
 
 static int fa_attr(void)
 {
-	g_ft_smem_max = (size_t)g_smem_optin + (4 << 10); /* the opt-in limit (mq_cp_setup ran first: mq_init) */
 	CK(cudaFuncSetAttribute(k_attn_flash<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(64)));
 	CK(cudaFuncSetAttribute(k_attn_flash<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(128)));
 	CK(cudaFuncSetAttribute(k_attn_flash<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fa_smem(256)));

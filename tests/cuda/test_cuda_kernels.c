@@ -744,7 +744,6 @@ static void test_gemm_glu_in(const kernel_table *R, int rows, int cols, int bits
 	free(g); free(u); free(p); free(bias); free(ref);
 }
 
-
 /* The residual fusions (kcuda.h, "the residual add and the RMSNorm inside
  * the matvecs") against the CPU, fresh inputs each: x of [-2, 2] times xs
  * (so 1/rms(x) is far from 1 unless xs is 1), the norm's (w + add_one);
