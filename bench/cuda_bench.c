@@ -416,7 +416,7 @@ static void bench_att_dec(void)
 	       "attention n=1", "ctx", "chunk", "split r22", "no pipe", "split", "split x2", "rope;split", "rope+split");
 	for (int hi = 0; hi < 2; hi++) {
 		const int nh = hs[hi].nh, nkv = hs[hi].nkv, hd = hs[hi].hd;
-		size_t cn = (size_t)maxk * nkv * hd, qn = (size_t)nh * hd, scb = kc_attention_scratch(1, nh, hd, maxk);
+		size_t cn = (size_t)maxk * nkv * hd, qn = (size_t)nh * hd, scb = kc_attention_scratch(1, nh, nkv, hd, maxk);
 		float *k[C], *v[C], *q = kc_malloc(qn * 4), *o = kc_malloc(qn * 4);
 		float *kn = kc_malloc((size_t)nkv * hd * 4), *vn = kc_malloc((size_t)nkv * hd * 4);
 		float *inv = kc_malloc((size_t)hd / 2 * 4);
@@ -600,7 +600,7 @@ static void bench_gemm(const int *ns, int nn)
 		int ni = ai % nn, impl = ai_t[ai / nn].impl;
 		kc_attention_impl(impl);
 		int n = ns[ni], nh = 32, nkv = 8, hd = 128, pos = 0;
-		size_t qn = (size_t)n * nh * hd, cn = (size_t)n * nkv * hd, scb = kc_attention_scratch(n, nh, hd, n);
+		size_t qn = (size_t)n * nh * hd, cn = (size_t)n * nkv * hd, scb = kc_attention_scratch(n, nh, nkv, hd, n);
 		float *q = kc_malloc(qn * 4), *k = kc_malloc(cn * 4), *v = kc_malloc(cn * 4), *o = kc_malloc(qn * 4);
 		int *dpos = kc_malloc(sizeof(int));
 		void *sc = kc_malloc(scb);

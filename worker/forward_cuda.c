@@ -188,8 +188,8 @@ int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch)
 	size_t kv = (size_t)c->n_layers * (size_t)ctx * kvd;
 	size_t fused = qd + 2 * kvd > 2 * (size_t)c->inter ? qd + 2 * kvd : 2 * (size_t)c->inter;
 	/* the attention chunking depends on n: size for the largest need */
-	size_t sc1 = kc_attention_scratch(max_batch < 15 ? max_batch : 15, c->n_heads, c->head_dim, ctx);
-	size_t scb = kc_attention_scratch(max_batch, c->n_heads, c->head_dim, ctx);
+	size_t sc1 = kc_attention_scratch(max_batch < 15 ? max_batch : 15, c->n_heads, c->n_kv_heads, c->head_dim, ctx);
+	size_t scb = kc_attention_scratch(max_batch, c->n_heads, c->n_kv_heads, c->head_dim, ctx);
 	s->k = kc_malloc(kv * 4);
 	s->v = kc_malloc(kv * 4);
 	s->x = kc_malloc(B * H * 4);

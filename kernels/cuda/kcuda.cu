@@ -35,9 +35,11 @@
  *   k_attn_fa16      the same on the tensor cores: X3, f32-class (q, k, v
  *                    as f16 hi + lo, 3 mmas a product; the default for
  *                    head_dim 64/128 where the device's opt-in shared
- *                    memory holds it: 205 KB at 128, sm_90), or f16
+ *                    memory holds it: 202 KB at 128, sm_90), or f16
  *                    operands (fast prefill: kc_attention_impl 6; 5 with
  *                    64 rows a block)
+ *   k_kv_split       X3's K/V rows split once per call into hi + lo
+ *                    planes in the attention scratch
  *   k_attn_chunk     attention over one chunk of keys for one GQA group,
  *   k_attn_dec       online softmax (k_attn_dec: n < 16, three bulk phases);
  *   k_attn_merge     the merge combines the chunks
@@ -4406,13 +4408,16 @@ static int att_chunk(int n, int max_keys)
 	return n >= 16 ? KC_ATT_CHUNK : AD_CH;
 }
 
-extern "C" size_t kc_attention_scratch(int n, int nh, int hd, int max_keys)
+extern "C" size_t kc_attention_scratch(int n, int nh, int nkv, int hd, int max_keys)
 {
 	int chunk = att_chunk(n, max_keys);
 	size_t nc = (size_t)(max_keys + chunk - 1) / chunk;
 	size_t c = (size_t)n * nh * nc * (hd + 2) * sizeof(float);
 	size_t a = (size_t)nh * AS_SMAX * (hd + 4) * sizeof(float); /* k_attn_split (n = 1): defined below */
-	return c > a ? c : a;
+	/* k_kv_split's planes (X3, n >= 16): K, V hi + lo and two scales a row */
+	size_t x = n >= 16 && (hd == 64 || hd == 128) ? (size_t)max_keys * nkv * (4 * (size_t)hd * 2 + 2 * 4) : 0;
+	c = c > a ? c : a;
+	return c > x ? c : x;
 }
 
 __global__ void __launch_bounds__(32 * ATT_WARPS) k_attn_chunk(const float *q, const float *kc, const float *vc,
@@ -4897,18 +4902,34 @@ __global__ void __launch_bounds__(FA_THREADS)
  * on the causal edge, rows left of a window). Keys past the last visible
  * one read that row (written, finite; p = 0). Longest query tiles first.
  * Numerics: q, k, v, p rounded to f16 (unit roundoff 2^-11); every
- * product and sum in f32 (TOL_ATT_F16 in the tests). */
+ * product and sum in f32 (TOL_ATT_F16 in the tests).
+ * X3 (the f32-class default, 8 warps, head_dim 64/128): q, k, v, p each
+ * scaled by a power of two per row and split into f16 hi + lo, three
+ * mmas a product. K and V are split once per call by k_kv_split into the
+ * attention scratch; their tiles land from there by cp.async in a
+ * two-stage ring (one barrier a tile, no landing tiles, no conversion in
+ * the block). Splitting in every query-tile block instead cost ~2,650
+ * instructions a warp a tile at 8 warps a SM, latency-bound (ncu, H100,
+ * 8B heads at 4096: IPC 1.38, 5.8 cycles a warp between issues, the
+ * tensor pipe 30% busy). */
 #define FT_L2E 1.4426950408889634f
 
 static __host__ __device__ constexpr int ft_kt(int hd) { return hd == 256 ? 32 : 64; }
 
-/* X3 (f32-class): K and V tiles and Q as hi and lo, plus a scale per key */
+/* X3, bytes of one stage of the two-stage ring: a tile's K and V rows as
+ * hi and lo (unpadded, swizzled as k_kv_split wrote them), and the keys'
+ * inverse scales */
+static __host__ __device__ constexpr size_t ft_x3_stage(int hd)
+{
+	return 4 * (size_t)ft_kt(hd) * hd * sizeof(__half) + 2 * (size_t)ft_kt(hd) * sizeof(float);
+}
+
+/* X3 (f32-class): two stages of hi + lo K/V tiles, Q as hi and lo */
 static size_t ft_smem(int hd, int nw, bool x3)
 {
 	const size_t kt = (size_t)ft_kt(hd), ldh = (size_t)hd + 8;
 	if (x3)
-		return 2 * kt * hd * sizeof(float) + 4 * kt * ldh * sizeof(__half) + 2 * (size_t)16 * nw * ldh * sizeof(__half) +
-		       2 * kt * sizeof(float);
+		return 2 * ft_x3_stage(hd) + 2 * (size_t)16 * nw * ldh * sizeof(__half);
 	return 2 * kt * hd * sizeof(float) + 2 * kt * ldh * sizeof(__half) +
 	       (hd > 128 ? (size_t)16 * nw * ldh * sizeof(__half) : 0);
 }
@@ -4922,9 +4943,11 @@ static __device__ __forceinline__ void ft_ldsm4t(uint32_t (&r)[4], uint32_t addr
 
 /* X3: one row of HD floats (V = HD / 32 a lane, from p + lane V) scaled
  * by a power of two to max |x| in [2^13, 2^14) and stored as f16 hi + lo
- * at hp, lp (+ lane V); returns the inverse scale (warp-uniform). */
+ * at hp, lp (+ lane V, its 16-byte piece XORed with sw); returns the
+ * inverse scale (warp-uniform). */
 template <int HD>
-static __device__ __forceinline__ float ft_split_row(const float *p, bool ok, __half *hp, __half *lp, int lane)
+static __device__ __forceinline__ float ft_split_row(const float *p, bool ok, __half *hp, __half *lp, int lane,
+						     int sw = 0)
 {
 	constexpr int V = HD / 32;
 	float v[V], mx = 0.0f, inv;
@@ -4940,17 +4963,53 @@ static __device__ __forceinline__ float ft_split_row(const float *p, bool ok, __
 	for (int i = 0; i < V; i += 2) {
 		uint32_t lo;
 		const uint32_t hi = ft_hilo(v[i] * sc, v[i + 1] * sc, &lo);
-		*(uint32_t *)(hp + lane * V + i) = hi;
-		*(uint32_t *)(lp + lane * V + i) = lo;
+		const int d = (lane * V + i) ^ (sw << 3);
+		*(uint32_t *)(hp + d) = hi;
+		*(uint32_t *)(lp + d) = lo;
 	}
 	return inv;
+}
+
+/* X3's K/V rows, split once per call (not in every query-tile block):
+ * keys kb..*d_pos + n - 1 (kb: the first any row's window sees, rounded
+ * down to a multiple of 8) of every kv head, a warp per (key, head, K or
+ * V) row, grid-stride (the keys are known on the device only). Scratch
+ * layout, planes of nkv x maxk rows of HD halves: K hi, K lo, V hi, V lo;
+ * then nkv x maxk inverse scales of K, then of V. Row j of head h at (h
+ * maxk + j) HD, its 16-byte pieces XORed with j & 7 (the 8 rows an
+ * ldmatrix reads then sit in distinct banks without padding). */
+static __host__ __device__ constexpr size_t ft_plane(int nkv, int maxk, int hd)
+{
+	return (size_t)nkv * maxk * hd;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(256)
+	k_kv_split(const float *__restrict__ kc, const float *__restrict__ vc, __half *__restrict__ ks, int nkv,
+		   int maxk, int n, int window, const int *d_pos)
+{
+	const int pos0 = *d_pos, kend = pos0 + n - 1;
+	const int kb = (window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0) & ~7;
+	const int lane = threadIdx.x & 31;
+	const size_t plane = ft_plane(nkv, maxk, HD), nr = (size_t)nkv * maxk;
+	float *isc = (float *)(ks + 4 * plane);
+	const size_t rows = (size_t)(kend - kb + 1) * nkv * 2;
+	for (size_t r = (size_t)blockIdx.x * 8 + (threadIdx.x >> 5); r < rows; r += (size_t)gridDim.x * 8) {
+		const int w = (int)(r & 1), h = (int)((r >> 1) % nkv), j = kb + (int)((r >> 1) / nkv);
+		const size_t o = (size_t)h * maxk + j;
+		__half *hp = ks + (w ? 2 * plane : 0) + o * HD;
+		const float inv = ft_split_row<HD>((w ? vc : kc) + ((size_t)j * nkv + h) * HD, true, hp, hp + plane, lane,
+						   j & 7);
+		if (lane == 0)
+			isc[(w ? nr : 0) + o] = inv;
+	}
 }
 
 template <int HD, int NW, bool X3>
 __global__ void __launch_bounds__(32 * NW)
 	k_attn_fa16(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
-		    float *__restrict__ out, int n, int nh, int nkv, float scale, int window, float softcap,
-		    const int *d_pos)
+		    const __half *__restrict__ ks, int maxk, float *__restrict__ out, int n, int nh, int nkv, float scale,
+		    int window, float softcap, const int *d_pos)
 {
 	constexpr int KT = ft_kt(HD);
 	constexpr int LDH = HD + 8, NT = 32 * NW, ROWS = 16 * NW, HD4 = HD / 4;
@@ -4962,26 +5021,53 @@ __global__ void __launch_bounds__(32 * NW)
 	pdl_trigger();
 	pdl_wait();
 	extern __shared__ __align__(16) unsigned char ftsm[];
+	/* f16 operands: f32 K/V landing tiles, then padded f16 tiles (Q at
+	 * head_dim 256). X3: two stages of ft_x3_stage bytes, then Q hi, lo. */
+	constexpr int TH = KT * HD; /* X3: halves of one K or V tile */
 	float *Lk = (float *)ftsm, *Lv = Lk + KT * HD;
 	__half *Kh = (__half *)(Lv + KT * HD), *Vh = Kh + KT * LDH;
-	__half *Kl = Vh + KT * LDH, *Vl = Kl + KT * LDH; /* X3 only */
-	__half *Qh = X3 ? Vl + KT * LDH : Kl, *Ql = Qh + ROWS * LDH;
-	float *Ksc = (float *)(Ql + ROWS * LDH), *Vsc = Ksc + KT; /* X3: the keys' inverse scales */
+	__half *Qh = X3 ? (__half *)(ftsm + 2 * ft_x3_stage(HD)) : Vh + KT * LDH, *Ql = Qh + ROWS * LDH;
 	const int rep = nh / nkv, bq = ROWS / rep, R = bq * rep;
 	const int qt = (int)gridDim.x - 1 - (int)blockIdx.x, kh = blockIdx.y, q0 = qt * bq;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
 	const int pos0 = *d_pos;
 	const int kend = pos0 + min(q0 + bq - 1, n - 1); /* last key any row sees */
-	const int kbeg = window > 0 && pos0 + q0 - window + 1 > 0 ? pos0 + q0 - window + 1 : 0;
+	int kbeg = window > 0 && pos0 + q0 - window + 1 > 0 ? pos0 + q0 - window + 1 : 0;
+	if constexpr (X3)
+		kbeg &= ~7; /* every tile's first key a multiple of 8: row jj's swizzle is jj & 7 */
 	const int nt = (kend - kbeg) / KT + 1;
 	auto issue = [&](int it) {
 		const int j0 = kbeg + it * KT;
+		if constexpr (X3) {
+			/* stage it & 1: the tile's rows of the four planes, clamped to
+			 * kend (a clamped row is masked; its pieces, swizzled by kend & 7,
+			 * are read in another order: finite values all the same), and
+			 * the keys' scales */
+			const uint32_t sb = smem_u32(ftsm + (it & 1) * ft_x3_stage(HD));
+			const size_t plane = ft_plane(nkv, maxk, HD), hb = (size_t)kh * maxk;
+			constexpr int C8 = HD / 8; /* 16-byte pieces of a row */
 #pragma unroll 4
-		for (int i = tid; i < KT * HD4; i += NT) {
-			const int jj = i / HD4, d4 = i - jj * HD4, j = min(j0 + jj, kend);
-			const size_t off = ((size_t)j * nkv + kh) * HD + d4 * 4;
-			cp_async<16>(smem_u32(Lk + i * 4), kc + off);
-			cp_async<16>(smem_u32(Lv + i * 4), vc + off);
+			for (int i = tid; i < KT * C8; i += NT) {
+				const int jj = i / C8, j = min(j0 + jj, kend);
+				const __half *src = ks + (hb + j) * HD + (i - jj * C8) * 8;
+				const uint32_t dst = sb + (uint32_t)i * 16;
+#pragma unroll
+				for (int pl = 0; pl < 4; pl++)
+					cp_async<16>(dst + pl * TH * 2, src + pl * plane);
+			}
+			if (tid < 2 * KT) {
+				const int jj = tid % KT, j = min(j0 + jj, kend);
+				const float *isc = (const float *)(ks + 4 * plane) + (tid >= KT ? (size_t)nkv * maxk : 0) + hb + j;
+				cp_async<4>(sb + 4 * TH * 2 + tid * 4, isc);
+			}
+		} else {
+#pragma unroll 4
+			for (int i = tid; i < KT * HD4; i += NT) {
+				const int jj = i / HD4, d4 = i - jj * HD4, j = min(j0 + jj, kend);
+				const size_t off = ((size_t)j * nkv + kh) * HD + d4 * 4;
+				cp_async<16>(smem_u32(Lk + i * 4), kc + off);
+				cp_async<16>(smem_u32(Lv + i * 4), vc + off);
+			}
 		}
 	};
 	issue(0);
@@ -5054,18 +5140,8 @@ __global__ void __launch_bounds__(32 * NW)
 			o[d][c] = 0.0f;
 	for (int it = 0; it < nt; it++) {
 		cp_wait<0>();
-		__syncthreads(); /* tile it landed; every warp is done with the f16 tiles of it - 1 */
-		if constexpr (X3) {
-			/* a warp per key row: K and V rows each scaled, hi + lo */
-			for (int jj = warp; jj < KT; jj += NW) {
-				const float ik = ft_split_row<HD>(Lk + jj * HD, true, Kh + jj * LDH, Kl + jj * LDH, lane);
-				const float iv = ft_split_row<HD>(Lv + jj * HD, true, Vh + jj * LDH, Vl + jj * LDH, lane);
-				if (lane == 0) {
-					Ksc[jj] = ik;
-					Vsc[jj] = iv;
-				}
-			}
-		} else {
+		__syncthreads(); /* tile it landed; every warp is done with the tiles of it - 1 */
+		if constexpr (!X3) {
 #pragma unroll 4
 			for (int i = tid; i < KT * HD4; i += NT) {
 				const int jj = i / HD4, d4 = i - jj * HD4;
@@ -5073,11 +5149,14 @@ __global__ void __launch_bounds__(32 * NW)
 				*(uint2 *)(Kh + jj * LDH + d4 * 4) = make_uint2(tg_h2(a.x, a.y), tg_h2(a.z, a.w));
 				*(uint2 *)(Vh + jj * LDH + d4 * 4) = make_uint2(tg_h2(b.x, b.y), tg_h2(b.z, b.w));
 			}
+			__syncthreads(); /* f16 tiles visible; the landing buffers are free */
 		}
-		__syncthreads(); /* f16 tiles visible; the landing buffers are free */
 		if (it + 1 < nt)
-			issue(it + 1);
+			issue(it + 1); /* X3: into the other stage, which tile it - 1 used */
 		cp_commit();
+		/* X3: this tile's stage */
+		const __half *xk = (const __half *)(ftsm + (it & 1) * ft_x3_stage(HD));
+		const float *Ksc = (const float *)(xk + 4 * TH), *Vsc = Ksc + KT;
 		const int j0 = kbeg + it * KT;
 		if (j0 > whi || j0 + KT - 1 < wlo)
 			continue; /* no row of this warp sees a key of this tile */
@@ -5102,13 +5181,14 @@ __global__ void __launch_bounds__(32 * NW)
 #pragma unroll
 			for (int jp = 0; jp < NKN / 2; jp++) {
 				/* matrices: keys 16jp + 0..7 / 8..15 (lane >> 4) x dims +0 / +8 ((lane >> 3) & 1) */
-				const int ko = (jp * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDH + ks * 16 + ((lane >> 3) & 1) * 8;
+				const int kr = jp * 16 + (lane & 7) + ((lane >> 4) << 3), kp = ks * 2 + ((lane >> 3) & 1);
+				const int ko = X3 ? kr * HD + ((kp ^ (lane & 7)) << 3) : kr * LDH + kp * 8;
 				uint32_t b[4];
-				ldsm4(b, smem_u32(Kh + ko));
+				ldsm4(b, smem_u32((X3 ? xk : Kh) + ko));
 				const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
 				if constexpr (X3) { /* hi lo + lo hi, then hi hi */
 					uint32_t bl[4];
-					ldsm4(bl, smem_u32(Kl + ko));
+					ldsm4(bl, smem_u32(xk + TH + ko));
 					const uint32_t l0[2] = {bl[0], bl[1]}, l1[2] = {bl[2], bl[3]};
 					tg_mma(s[2 * jp], a, l0);
 					tg_mma(s[2 * jp + 1], a, l1);
@@ -5120,28 +5200,39 @@ __global__ void __launch_bounds__(32 * NW)
 			}
 		}
 		/* s[j][c]: row g + 8 (c >> 1), key j0 + 8 j + 2 tq + (c & 1) */
+		/* scores in base 2 (log2 e folded into the row scale where there is
+		 * no soft-cap); the causal and window masks only where the tile
+		 * crosses an edge of one of the warp's rows (warp-uniform) */
 		float mx[2] = {-INFINITY, -INFINITY};
+		auto score_tile = [&](auto masked) {
+			const float l2 = softcap > 0.0f ? 1.0f : FT_L2E, ql[2] = {qs[0] * l2, qs[1] * l2};
 #pragma unroll
-		for (int j = 0; j < NKN; j++) {
-			float2 ks2 = make_float2(1.0f, 1.0f);
-			if constexpr (X3)
-				ks2 = *(const float2 *)(Ksc + 8 * j + 2 * tq);
-#pragma unroll
-			for (int c = 0; c < 4; c++) {
-				const int h = c >> 1, key = j0 + 8 * j + 2 * tq + (c & 1);
-				float v = s[j][c] * qs[h];
+			for (int j = 0; j < NKN; j++) {
+				float2 ks2 = make_float2(1.0f, 1.0f);
 				if constexpr (X3)
-					v *= c & 1 ? ks2.y : ks2.x;
-				if (softcap > 0.0f)
-					v = softcap * tanhf(v / softcap);
-				v *= FT_L2E;
-				if (key > rp[h] || key < rlo[h])
-					v = -INFINITY;
-				s[j][c] = v;
-				mx[h] = fmaxf(mx[h], v);
+					ks2 = *(const float2 *)(Ksc + 8 * j + 2 * tq);
+#pragma unroll
+				for (int c = 0; c < 4; c++) {
+					const int h = c >> 1, key = j0 + 8 * j + 2 * tq + (c & 1);
+					float v = s[j][c] * ql[h];
+					if constexpr (X3)
+						v *= c & 1 ? ks2.y : ks2.x;
+					if (softcap > 0.0f)
+						v = softcap * tanhf(v / softcap) * FT_L2E;
+					if constexpr (decltype(masked)::value)
+						if (key > rp[h] || key < rlo[h])
+							v = -INFINITY;
+					s[j][c] = v;
+					mx[h] = fmaxf(mx[h], v);
+				}
 			}
-		}
-		float al[2], mn[2], sum[2] = {0.0f, 0.0f};
+		};
+		const bool edge = j0 + KT - 1 > min(rp[0], rp[1]) || j0 < max(rlo[0], rlo[1]);
+		if (__any_sync(0xffffffffu, edge))
+			score_tile(std::true_type{});
+		else
+			score_tile(std::false_type{});
+		float al[2], mn[2], mb[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
@@ -5149,13 +5240,14 @@ __global__ void __launch_bounds__(32 * NW)
 			mn[h] = fmaxf(m[h], mx[h]);
 			al[h] = m[h] == -INFINITY ? 0.0f : exp2f(m[h] - mn[h]);
 			m[h] = mn[h];
+			mb[h] = mn[h] == -INFINITY ? 0.0f : mn[h]; /* a row with no key yet: its -inf scores give 0 */
 		}
 #pragma unroll
 		for (int j = 0; j < NKN; j++)
 #pragma unroll
 			for (int c = 0; c < 4; c++) {
 				const int h = c >> 1;
-				s[j][c] = s[j][c] == -INFINITY ? 0.0f : exp2f(s[j][c] - mn[h]);
+				s[j][c] = exp2f(s[j][c] - mb[h]); /* exp2(-inf) = +0 */
 				sum[h] += s[j][c];
 			}
 #pragma unroll
@@ -5186,7 +5278,8 @@ __global__ void __launch_bounds__(32 * NW)
 		/* V's ldmatrix (transposed) for k step kk, dims 16dp..: keys 16kk +
 		 * 0..7 / 8..15 ((lane >> 3) & 1) x dims 16dp + 0 / 8 (lane >> 4) */
 		auto v_frag = [&](int kk, int dp) {
-			return (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDH + dp * 16 + (lane >> 4) * 8;
+			const int vr = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, vp = dp * 2 + (lane >> 4);
+			return X3 ? vr * HD + ((vp ^ (lane & 7)) << 3) : vr * LDH + vp * 8;
 		};
 		if constexpr (X3) {
 			/* P' = P s_v / E as hi + lo fragments of every k step first;
@@ -5215,8 +5308,8 @@ __global__ void __launch_bounds__(32 * NW)
 				for (int kk = 0; kk < KT / 16; kk++) {
 					const int vo = v_frag(kk, dp);
 					uint32_t b[4], bl[4];
-					ft_ldsm4t(b, smem_u32(Vh + vo));
-					ft_ldsm4t(bl, smem_u32(Vl + vo));
+					ft_ldsm4t(b, smem_u32(xk + 2 * TH + vo));
+					ft_ldsm4t(bl, smem_u32(xk + 3 * TH + vo));
 					const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
 					const uint32_t l0[2] = {bl[0], bl[1]}, l1[2] = {bl[2], bl[3]};
 					tg_mma(t0, ph[kk], l0); /* hi lo + lo hi, then hi hi */
@@ -5270,35 +5363,51 @@ __global__ void __launch_bounds__(32 * NW)
  * or 256 (X3: 64 or 128) and rep fits a block's rows; 1 (not launched)
  * elsewhere: the caller takes k_attn_flash. The caller checked n >= 16 and
  * the 16-byte alignment. */
+/* X3: k_kv_split first (grid-stride; at most 8 blocks of 256 a SM) */
 template <int HD, int NW, bool X3>
-static void ft_launch(dim3 grid, const float *q, const float *kcache, const float *vcache, float *out, int n,
-		      const int *d_pos, int nh, int nkv, float scale, int window, float softcap)
+static int ft_launch(dim3 grid, const float *q, const float *kcache, const float *vcache, __half *ks, int maxk,
+		      float *out, int n, const int *d_pos, int nh, int nkv, float scale, int window, float softcap)
 {
-	k_attn_fa16<HD, NW, X3><<<grid, 32 * NW, ft_smem(HD, NW, X3), g_stream>>>(q, kcache, vcache, out, n, nh, nkv,
-										   scale, window, softcap, d_pos);
+	if constexpr (X3) {
+		const size_t rows = (size_t)maxk * nkv * 2, cap = (size_t)g_sms * 8;
+		k_kv_split<HD><<<(unsigned)((rows + 7) / 8 < cap ? (rows + 7) / 8 : cap), 256, 0, g_stream>>>(
+			kcache, vcache, ks, nkv, maxk, n, window, d_pos);
+		LAUNCHED("k_kv_split");
+	}
+	k_attn_fa16<HD, NW, X3><<<grid, 32 * NW, ft_smem(HD, NW, X3), g_stream>>>(
+		q, kcache, vcache, ks, maxk, out, n, nh, nkv, scale, window, softcap, d_pos);
+	LAUNCHED("k_attn_fa16");
+	return 0;
 }
 
+/* X3 needs the scratch (16-byte aligned) for k_kv_split's planes */
 template <int NW, bool X3>
 static int ft_try_nw(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
-		     int nh, int nkv, int hd, float scale, int window, float softcap)
+		     int nh, int nkv, int hd, float scale, int window, float softcap, int maxk, void *scratch)
 {
 	const int rep = nh / nkv, bq = 16 * NW / rep;
-	if ((hd != 64 && hd != 128 && (hd != 256 || X3)) || bq < 1 || ft_smem(hd, NW, X3) > (size_t)g_smem_block)
+	if ((hd != 64 && hd != 128 && (hd != 256 || X3)) || bq < 1 || ft_smem(hd, NW, X3) > (size_t)g_smem_block ||
+	    (X3 && (!scratch || ((uintptr_t)scratch & 15))))
 		return 1;
 	dim3 grid((n + bq - 1) / bq, nkv);
+	__half *ks = (__half *)scratch;
+	int r = 0;
 	if (hd == 64)
-		ft_launch<64, NW, X3>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
+		r = ft_launch<64, NW, X3>(grid, q, kcache, vcache, ks, maxk, out, n, d_pos, nh, nkv, scale, window, softcap);
 	else if (hd == 128)
-		ft_launch<128, NW, X3>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
+		r = ft_launch<128, NW, X3>(grid, q, kcache, vcache, ks, maxk, out, n, d_pos, nh, nkv, scale, window,
+					   softcap);
 	else if constexpr (!X3)
-		ft_launch<256, NW, false>(grid, q, kcache, vcache, out, n, d_pos, nh, nkv, scale, window, softcap);
-	LAUNCHED("k_attn_fa16");
+		r = ft_launch<256, NW, false>(grid, q, kcache, vcache, ks, maxk, out, n, d_pos, nh, nkv, scale, window,
+					      softcap);
+	if (r)
+		return r;
 	g_path[X3 ? KC_PATH_ATT_X3 : KC_PATH_ATT_F16]++;
 	return 0;
 }
 
 /* Where a variant's shared memory is over the device's opt-in limit
- * (X3 at head_dim 128: 205 KB; sm_80: 163 KB), it is not set up and
+ * (X3 at head_dim 128: 202 KB; sm_80: 163 KB), it is not set up and
  * ft_try_nw leaves those heads to k_attn_flash. */
 template <int HD, int NW, bool X3>
 static int ft_attr1(void)
@@ -5334,17 +5443,19 @@ static int fa_attr(void)
  * default) and 7, f16 operands under 5 / 6; else, and always under 8,
  * k_attn_flash. */
 static int fa_try(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
-		  int nh, int nkv, int hd, float scale, int window, float softcap)
+		  int nh, int nkv, int hd, float scale, int window, float softcap, int maxk, void *scratch)
 {
 	const int rep = nh / nkv;
 	if (g_att_impl == 1 || n < 16 || hd % 4 || hd > 256 || rep > FA_R ||
 	    (((uintptr_t)q | (uintptr_t)kcache | (uintptr_t)vcache | (uintptr_t)out) & 15))
 		return 1;
 	if (g_att_impl == 0 || (g_att_impl >= 5 && g_att_impl <= 7)) { /* 5, 6: f16 operands; 0, 7: X3 (f32-class) */
-		const int ft =
-			g_att_impl == 5	  ? ft_try_nw<4, false>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap)
-			: g_att_impl == 6 ? ft_try_nw<8, false>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap)
-					  : ft_try_nw<8, true>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap);
+		const int ft = g_att_impl == 5 ? ft_try_nw<4, false>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale,
+								     window, softcap, maxk, scratch)
+			       : g_att_impl == 6 ? ft_try_nw<8, false>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale,
+								       window, softcap, maxk, scratch)
+						 : ft_try_nw<8, true>(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale,
+								      window, softcap, maxk, scratch);
 		if (ft <= 0)
 			return ft;
 	}
@@ -6017,7 +6128,7 @@ extern "C" int kc_attention(const float *q, const float *kcache, const float *vc
 	}
 	if (n < 1)
 		return 0;
-	int fa = fa_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap);
+	int fa = fa_try(q, kcache, vcache, out, n, d_pos, nh, nkv, hd, scale, window, softcap, max_keys, scratch);
 	if (fa <= 0)
 		return fa;
 	const as_rope none = {};

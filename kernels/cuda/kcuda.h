@@ -210,11 +210,15 @@ int kc_softcap(float *x, size_t n, float cap);
  * KC_ATT_CHUNK; each (token, kv head, chunk) block reads its K/V rows once
  * for every q head of the GQA group, with an online softmax; a second
  * kernel merges the chunks. max_keys bounds *d_pos + n (the cache size);
- * scratch: kc_attention_scratch(n, nh, hd, max_keys) bytes. */
+ * scratch: kc_attention_scratch(n, nh, nkv, hd, max_keys) bytes (at n >=
+ * 16, head_dim 64 or 128: the K/V rows of the keys the call sees split
+ * into f16 hi + lo for the f32-class tensor-core kernel, max_keys x nkv x
+ * (8 hd + 8) bytes, 1 / n_layers of the caches). */
 #define KC_ATT_CHUNK 256
-size_t kc_attention_scratch(int n, int nh, int hd, int max_keys);
-/* n >= 16 (prefill) takes the tiled kernel instead (64 (query, head) rows
- * of one kv head per block share each K/V tile; no scratch) where head_dim
+size_t kc_attention_scratch(int n, int nh, int nkv, int hd, int max_keys);
+/* n >= 16 (prefill) takes the tensor-core kernels (below) or the tiled
+ * kernel instead (64 (query, head) rows of one kv head per block share
+ * each K/V tile; no scratch) where head_dim
  * is a multiple of 4 up to 256 and the pointers are 16-byte aligned.
  * n == 1 (decode) takes the split kernel (the visible keys spread over
  * many warps, partials merged in the same launch) where head_dim is 32,
@@ -224,9 +228,10 @@ int kc_attention(const float *q, const float *kcache, const float *vcache, float
 		 int nh, int nkv, int hd, float scale, int window, float softcap, int max_keys, void *scratch);
 /* Which attention kernels run: 0 (default) for n >= 16 the f32-class
  * tensor-core kernel where head_dim is 64 or 128 and the device's opt-in
- * shared memory a block holds it (107 KB at 64, 205 KB at 128: sm_90 has
- * 227 KB; the f16 variants likewise; q, k, v each scaled by a
- * power of two per row and split into f16 hi + lo, S and P V as hi hi +
+ * shared memory a block holds it (103 KB at 64, 202 KB at 128: sm_90 has
+ * 227 KB; the f16 variants likewise) and the scratch is 16-byte aligned
+ * (q, k, v each scaled by a power of two per row and split into f16 hi +
+ * lo, K and V once per call into the scratch; S and P V as hi hi +
  * hi lo + lo hi on mma.sync, f32 softmax, each tile's P V folded into O
  * in registers; KC_PATH_ATT_X3), elsewhere the tiled f32 kernel, and the
  * split kernel for n == 1; 7 the same as 0 (its name while it was

@@ -1071,14 +1071,14 @@ static void test_attention_impls(const kernel_table *R, int n, int pos0, int nh,
 	int *dpos = dalloc(sizeof(int));
 	if (kc_upload(dpos, &pos0, sizeof(int)))
 		die("upload");
-	void *sc = dalloc(kc_attention_scratch(n, nh, hd, ctx));
+	void *sc = dalloc(kc_attention_scratch(n, nh, nkv, hd, ctx));
 	const int impl0 = kc_attention_impl(-1);
 	for (int i = 0; i < ni; i++) {
 		const int impl = impls[i], f16 = att_f16_expected(impl, n, nh, nkv, hd),
 			  x3 = att_x3_expected(impl, n, nh, nkv, hd);
 		kc_attention_impl(impl);
 		poison(dy, qn * 4);
-		poison(sc, kc_attention_scratch(n, nh, hd, ctx));
+		poison(sc, kc_attention_scratch(n, nh, nkv, hd, ctx));
 		const uint64_t before = kc_path_count(KC_PATH_ATT_F16), bx3 = kc_path_count(KC_PATH_ATT_X3);
 		if (kc_attention(dq, dk, dv, dy, n, dpos, nh, nkv, hd, scale, window, softcap, ctx, sc))
 			die("kc_attention");
@@ -1190,7 +1190,7 @@ static void test_rope_attention(const kernel_table *R, int pos0, int nh, int nkv
 	float *dkc = dup_dev(kc, cn), *dvc = dup_dev(vc, cn), *dy = dalloc(qn * 4);
 	float *dq1 = dup_dev(q, qn), *dkc1 = dup_dev(kc, cn), *dvc1 = dup_dev(vc, cn), *dy1 = dalloc(qn * 4);
 	int *dpos = dalloc(sizeof(int));
-	const size_t scb = kc_attention_scratch(1, nh, hd, ctx);
+	const size_t scb = kc_attention_scratch(1, nh, nkv, hd, ctx);
 	void *sc = dalloc(scb);
 	if (kc_upload(dpos, &pos0, sizeof(int)))
 		die("upload");
