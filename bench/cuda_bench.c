@@ -489,6 +489,34 @@ static double time_once(int a, int b)
 	return t;
 }
 
+/* kc_attention of n queries at position pos over n + pos keys, 8B heads
+ * (32 q, 8 kv, head_dim 128), under attention impl `impl`: median of 3
+ * calls, seconds */
+static double att_prefill_s(int impl, int n, int pos)
+{
+	kc_attention_impl(impl);
+	const int nh = 32, nkv = 8, hd = 128, keys = n + pos;
+	size_t qn = (size_t)n * nh * hd, cn = (size_t)keys * nkv * hd, scb = kc_attention_scratch(n, nh, nkv, hd, keys);
+	float *q = kc_malloc(qn * 4), *k = kc_malloc(cn * 4), *v = kc_malloc(cn * 4), *o = kc_malloc(qn * 4);
+	int *dpos = kc_malloc(sizeof(int));
+	void *sc = kc_malloc(scb);
+	if (!q || !k || !v || !o || !dpos || !sc || kc_fill_uniform(q, qn, -1, 1, 1) ||
+	    kc_fill_uniform(k, cn, -1, 1, 2) || kc_fill_uniform(v, cn, -1, 1, 3) || kc_upload(dpos, &pos, sizeof(int)))
+		die("attention buffers");
+	double ts[3];
+	for (int r = 0; r < 3; r++) {
+		kc_timer_mark(4);
+		if (kc_attention(q, k, v, o, n, dpos, nh, nkv, hd, 0.088f, 0, 0.0f, keys, sc))
+			die("attention");
+		kc_timer_mark(5);
+		ts[r] = time_once(4, 5);
+	}
+	qsort(ts, 3, sizeof(double), cmp_d);
+	kc_free(q); kc_free(k); kc_free(v); kc_free(o); kc_free(dpos); kc_free(sc);
+	kc_attention_impl(0);
+	return ts[1];
+}
+
 /* The prefill GEMM alone at the Llama-3.1-8B shapes (q4 g64 f16) for n
  * tokens under each tensor-core variant (kc_gemm_impl 3: run 13's kernel,
  * one launch per matrix; 4: the same kernel, one launch for all matrices;
@@ -597,31 +625,21 @@ static void bench_gemm(const int *ns, int nn)
 	enum { NA = sizeof(ai_t) / sizeof(ai_t[0]) };
 	double tiled[8] = {0};
 	for (int ai = 0; ai < NA * nn && nn <= 8; ai++) {
-		int ni = ai % nn, impl = ai_t[ai / nn].impl;
-		kc_attention_impl(impl);
-		int n = ns[ni], nh = 32, nkv = 8, hd = 128, pos = 0;
-		size_t qn = (size_t)n * nh * hd, cn = (size_t)n * nkv * hd, scb = kc_attention_scratch(n, nh, nkv, hd, n);
-		float *q = kc_malloc(qn * 4), *k = kc_malloc(cn * 4), *v = kc_malloc(cn * 4), *o = kc_malloc(qn * 4);
-		int *dpos = kc_malloc(sizeof(int));
-		void *sc = kc_malloc(scb);
-		if (!q || !k || !v || !o || !dpos || !sc || kc_fill_uniform(q, qn, -1, 1, 1) ||
-		    kc_fill_uniform(k, cn, -1, 1, 2) || kc_fill_uniform(v, cn, -1, 1, 3) || kc_upload(dpos, &pos, sizeof(int)))
-			die("attention buffers");
-		double ts[3];
-		for (int r = 0; r < 3; r++) {
-			kc_timer_mark(4);
-			if (kc_attention(q, k, v, o, n, dpos, nh, nkv, hd, 0.088f, 0, 0.0f, n, sc))
-				die("attention");
-			kc_timer_mark(5);
-			ts[r] = time_once(4, 5);
-		}
-		qsort(ts, 3, sizeof(double), cmp_d);
-		double fl = 4.0 * nh * hd * (double)n * n / 2;
+		int ni = ai % nn, impl = ai_t[ai / nn].impl, n = ns[ni];
+		const double t = att_prefill_s(impl, n, 0);
+		double fl = 4.0 * 32 * 128 * (double)n * n / 2;
 		if (impl == 8)
-			tiled[ni] = ts[1];
-		printf("%-28s %9d %9.0f %8.2f %8.2f   (x32 layers = %.1f ms)\n", ai_t[ai / nn].name, n, ts[1] * 1e6,
-		       fl / ts[1] * 1e-12, tiled[ni] > 0 ? tiled[ni] / ts[1] : 0.0, ts[1] * 32 * 1e3);
-		kc_free(q); kc_free(k); kc_free(v); kc_free(o); kc_free(dpos); kc_free(sc);
+			tiled[ni] = t;
+		printf("%-28s %9d %9.0f %8.2f %8.2f   (x32 layers = %.1f ms)\n", ai_t[ai / nn].name, n, t * 1e6,
+		       fl / t * 1e-12, tiled[ni] > 0 ? tiled[ni] / t : 0.0, t * 32 * 1e3);
+	}
+	/* a later prompt call (a chat turn): n queries after 4000 cached keys */
+	printf("\n%-28s %9s %9s %9s\n", "attention after 4000 keys", "n", "us", "x tiled");
+	static const int nl[3] = {16, 64, 512};
+	for (int i = 0; i < 3; i++) {
+		const double t8 = att_prefill_s(8, nl[i], 4000), t0 = att_prefill_s(0, nl[i], 4000);
+		printf("%-28s %9d %9.0f\n%-28s %9d %9.0f %9.2f\n", "  tiled (f32)", nl[i], t8 * 1e6,
+		       "  x3 tensor cores (f32)", nl[i], t0 * 1e6, t8 / t0);
 	}
 	kc_attention_impl(0);
 }

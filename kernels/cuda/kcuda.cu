@@ -4402,10 +4402,17 @@ extern "C" int kc_softcap(float *x, size_t n, float cap)
 #define AD_CH 64 /* keys per chunk for n < 16 (k_attn_dec) */
 #define AS_SMAX 64 /* k_attn_split: blocks per kv head at most (scratch: nh x AS_SMAX partials) */
 
+/* keys per chunk: AD_CH for n < 16; for n >= 16 (a fallback: the
+ * tensor-core and tiled kernels serve the usual heads) KC_ATT_CHUNK, or a
+ * multiple of it that keeps at most 8 chunks, so the partials of a
+ * 1024-token call stay 1024 x nh x 8 rows (136 MB at 32 heads of 128)
+ * whatever the context (at 128K keys they were 8.7 GB) */
 static int att_chunk(int n, int max_keys)
 {
-	(void)max_keys;
-	return n >= 16 ? KC_ATT_CHUNK : AD_CH;
+	if (n < 16)
+		return AD_CH;
+	const int span = 8 * KC_ATT_CHUNK;
+	return KC_ATT_CHUNK * ((max_keys + span - 1) / span > 1 ? (max_keys + span - 1) / span : 1);
 }
 
 extern "C" size_t kc_attention_scratch(int n, int nh, int nkv, int hd, int max_keys)
@@ -4985,19 +4992,19 @@ static __host__ __device__ constexpr size_t ft_plane(int nkv, int maxk, int hd)
 
 template <int HD>
 __global__ void __launch_bounds__(256)
-	k_kv_split(const float *__restrict__ kc, const float *__restrict__ vc, __half *__restrict__ ks, int nkv,
+	k_kv_split(const float *__restrict__ kc, const float *__restrict__ vc, __half *__restrict__ kvs, int nkv,
 		   int maxk, int n, int window, const int *d_pos)
 {
 	const int pos0 = *d_pos, kend = pos0 + n - 1;
 	const int kb = (window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0) & ~7;
 	const int lane = threadIdx.x & 31;
 	const size_t plane = ft_plane(nkv, maxk, HD), nr = (size_t)nkv * maxk;
-	float *isc = (float *)(ks + 4 * plane);
+	float *isc = (float *)(kvs + 4 * plane);
 	const size_t rows = (size_t)(kend - kb + 1) * nkv * 2;
 	for (size_t r = (size_t)blockIdx.x * 8 + (threadIdx.x >> 5); r < rows; r += (size_t)gridDim.x * 8) {
 		const int w = (int)(r & 1), h = (int)((r >> 1) % nkv), j = kb + (int)((r >> 1) / nkv);
 		const size_t o = (size_t)h * maxk + j;
-		__half *hp = ks + (w ? 2 * plane : 0) + o * HD;
+		__half *hp = kvs + (w ? 2 * plane : 0) + o * HD;
 		const float inv = ft_split_row<HD>((w ? vc : kc) + ((size_t)j * nkv + h) * HD, true, hp, hp + plane, lane,
 						   j & 7);
 		if (lane == 0)
@@ -5008,7 +5015,7 @@ __global__ void __launch_bounds__(256)
 template <int HD, int NW, bool X3>
 __global__ void __launch_bounds__(32 * NW)
 	k_attn_fa16(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
-		    const __half *__restrict__ ks, int maxk, float *__restrict__ out, int n, int nh, int nkv, float scale,
+		    const __half *__restrict__ kvs, int maxk, float *__restrict__ out, int n, int nh, int nkv, float scale,
 		    int window, float softcap, const int *d_pos)
 {
 	constexpr int KT = ft_kt(HD);
@@ -5049,7 +5056,7 @@ __global__ void __launch_bounds__(32 * NW)
 #pragma unroll 4
 			for (int i = tid; i < KT * C8; i += NT) {
 				const int jj = i / C8, j = min(j0 + jj, kend);
-				const __half *src = ks + (hb + j) * HD + (i - jj * C8) * 8;
+				const __half *src = kvs + (hb + j) * HD + (i - jj * C8) * 8;
 				const uint32_t dst = sb + (uint32_t)i * 16;
 #pragma unroll
 				for (int pl = 0; pl < 4; pl++)
@@ -5057,7 +5064,7 @@ __global__ void __launch_bounds__(32 * NW)
 			}
 			if (tid < 2 * KT) {
 				const int jj = tid % KT, j = min(j0 + jj, kend);
-				const float *isc = (const float *)(ks + 4 * plane) + (tid >= KT ? (size_t)nkv * maxk : 0) + hb + j;
+				const float *isc = (const float *)(kvs + 4 * plane) + (tid >= KT ? (size_t)nkv * maxk : 0) + hb + j;
 				cp_async<4>(sb + 4 * TH * 2 + tid * 4, isc);
 			}
 		} else {
@@ -5365,17 +5372,17 @@ __global__ void __launch_bounds__(32 * NW)
  * the 16-byte alignment. */
 /* X3: k_kv_split first (grid-stride; at most 8 blocks of 256 a SM) */
 template <int HD, int NW, bool X3>
-static int ft_launch(dim3 grid, const float *q, const float *kcache, const float *vcache, __half *ks, int maxk,
+static int ft_launch(dim3 grid, const float *q, const float *kcache, const float *vcache, __half *kvs, int maxk,
 		      float *out, int n, const int *d_pos, int nh, int nkv, float scale, int window, float softcap)
 {
 	if constexpr (X3) {
 		const size_t rows = (size_t)maxk * nkv * 2, cap = (size_t)g_sms * 8;
 		k_kv_split<HD><<<(unsigned)((rows + 7) / 8 < cap ? (rows + 7) / 8 : cap), 256, 0, g_stream>>>(
-			kcache, vcache, ks, nkv, maxk, n, window, d_pos);
+			kcache, vcache, kvs, nkv, maxk, n, window, d_pos);
 		LAUNCHED("k_kv_split");
 	}
 	k_attn_fa16<HD, NW, X3><<<grid, 32 * NW, ft_smem(HD, NW, X3), g_stream>>>(
-		q, kcache, vcache, ks, maxk, out, n, nh, nkv, scale, window, softcap, d_pos);
+		q, kcache, vcache, kvs, maxk, out, n, nh, nkv, scale, window, softcap, d_pos);
 	LAUNCHED("k_attn_fa16");
 	return 0;
 }
@@ -5390,15 +5397,15 @@ static int ft_try_nw(const float *q, const float *kcache, const float *vcache, f
 	    (X3 && (!scratch || ((uintptr_t)scratch & 15))))
 		return 1;
 	dim3 grid((n + bq - 1) / bq, nkv);
-	__half *ks = (__half *)scratch;
+	__half *kvs = (__half *)scratch;
 	int r = 0;
 	if (hd == 64)
-		r = ft_launch<64, NW, X3>(grid, q, kcache, vcache, ks, maxk, out, n, d_pos, nh, nkv, scale, window, softcap);
+		r = ft_launch<64, NW, X3>(grid, q, kcache, vcache, kvs, maxk, out, n, d_pos, nh, nkv, scale, window, softcap);
 	else if (hd == 128)
-		r = ft_launch<128, NW, X3>(grid, q, kcache, vcache, ks, maxk, out, n, d_pos, nh, nkv, scale, window,
+		r = ft_launch<128, NW, X3>(grid, q, kcache, vcache, kvs, maxk, out, n, d_pos, nh, nkv, scale, window,
 					   softcap);
 	else if constexpr (!X3)
-		r = ft_launch<256, NW, false>(grid, q, kcache, vcache, ks, maxk, out, n, d_pos, nh, nkv, scale, window,
+		r = ft_launch<256, NW, false>(grid, q, kcache, vcache, kvs, maxk, out, n, d_pos, nh, nkv, scale, window,
 					      softcap);
 	if (r)
 		return r;

@@ -207,7 +207,7 @@ int kc_glu(float *gate, const float *up, size_t n, int act);
 int kc_softcap(float *x, size_t n, float cap);
 /* Causal attention of n queries at positions *d_pos + t over the caches
  * (semantics of kernel_table.attention). Keys are cut into chunks of
- * KC_ATT_CHUNK; each (token, kv head, chunk) block reads its K/V rows once
+ * KC_ATT_CHUNK (a multiple of it past 8 chunks); each (token, kv head, chunk) block reads its K/V rows once
  * for every q head of the GQA group, with an online softmax; a second
  * kernel merges the chunks. max_keys bounds *d_pos + n (the cache size);
  * scratch: kc_attention_scratch(n, nh, nkv, hd, max_keys) bytes (at n >=
@@ -216,7 +216,8 @@ int kc_softcap(float *x, size_t n, float cap);
  * (8 hd + 8) bytes, 1 / n_layers of the caches). */
 #define KC_ATT_CHUNK 256
 size_t kc_attention_scratch(int n, int nh, int nkv, int hd, int max_keys);
-/* n >= 16 (prefill) takes the tensor-core kernels (below) or the tiled
+/* n >= 16 (prefill) takes the tensor-core kernels (below; the f32-class
+ * one needs the scratch, without it the tiled kernel runs) or the tiled
  * kernel instead (64 (query, head) rows of one kv head per block share
  * each K/V tile; no scratch) where head_dim
  * is a multiple of 4 up to 256 and the pointers are 16-byte aligned.

@@ -1614,6 +1614,8 @@ att:
 	test_prefill_attention(R, 45, 90, 8, 2, 256, 7, 0);       /* rep 4, head_dim 256, window 7 */
 	test_prefill_attention(R, 1000, 24, 32, 8, 128, 0, 0);    /* 8B heads, 1000 queries after 24 keys */
 	test_prefill_attention(R, 300, 0, 8, 1, 128, 0, 0);       /* rep 8 over one kv head */
+	test_prefill_attention(R, 20, 5000, 8, 2, 64, 3000, 0);   /* 5025 keys: the chunk kernels' 768-key chunks, window */
+	test_prefill_attention(R, 100, 613, 8, 2, 128, 100, 0);   /* window past key 0: k_kv_split from key 512 */
 	/* decode (n = 1): the split kernel (impl 0, 2 with twice its blocks, 3
 	 * run 22's kernel without the pipelined loads and online merge, 4 without
 	 * the pipelined loads) and the
