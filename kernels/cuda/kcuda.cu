@@ -4415,14 +4415,29 @@ static int att_chunk(int n, int max_keys)
 	return KC_ATT_CHUNK * ((max_keys + span - 1) / span > 1 ? (max_keys + span - 1) / span : 1);
 }
 
+/* X3's calls of at most FT_SPLIT_N queries may split the keys (ft_try_nw) */
+#define FT_SPLIT_N 256
+
+/* k_kv_split's planes (X3): K, V hi + lo and two scales a row */
+static size_t kv_planes_bytes(int nkv, int max_keys, int hd)
+{
+	return (size_t)max_keys * nkv * (4 * (size_t)hd * 2 + 2 * 4);
+}
+
+/* The largest of: the chunk kernels' partials; k_attn_split's (n = 1);
+ * X3's planes (n >= 16, head_dim 64/128) followed by its split partials
+ * (as the chunk kernels', for at most FT_SPLIT_N queries). Never smaller
+ * for a larger n, so one scratch sized for the largest call serves all. */
 extern "C" size_t kc_attention_scratch(int n, int nh, int nkv, int hd, int max_keys)
 {
 	int chunk = att_chunk(n, max_keys);
 	size_t nc = (size_t)(max_keys + chunk - 1) / chunk;
 	size_t c = (size_t)n * nh * nc * (hd + 2) * sizeof(float);
 	size_t a = (size_t)nh * AS_SMAX * (hd + 4) * sizeof(float); /* k_attn_split (n = 1): defined below */
-	/* k_kv_split's planes (X3, n >= 16): K, V hi + lo and two scales a row */
-	size_t x = n >= 16 && (hd == 64 || hd == 128) ? (size_t)max_keys * nkv * (4 * (size_t)hd * 2 + 2 * 4) : 0;
+	size_t x = 0;
+	if (n >= 16 && (hd == 64 || hd == 128))
+		x = kv_planes_bytes(nkv, max_keys, hd) +
+		    (size_t)(n < FT_SPLIT_N ? n : FT_SPLIT_N) * nh * nc * (hd + 2) * sizeof(float);
 	c = c > a ? c : a;
 	return c > x ? c : x;
 }
@@ -5016,7 +5031,7 @@ template <int HD, int NW, bool X3>
 __global__ void __launch_bounds__(32 * NW)
 	k_attn_fa16(const float *__restrict__ q, const float *__restrict__ kc, const float *__restrict__ vc,
 		    const __half *__restrict__ kvs, int maxk, float *__restrict__ out, int n, int nh, int nkv, float scale,
-		    int window, float softcap, const int *d_pos)
+		    int window, float softcap, const int *d_pos, float *__restrict__ part, int span)
 {
 	constexpr int KT = ft_kt(HD);
 	constexpr int LDH = HD + 8, NT = 32 * NW, ROWS = 16 * NW, HD4 = HD / 4;
@@ -5038,10 +5053,17 @@ __global__ void __launch_bounds__(32 * NW)
 	const int qt = (int)gridDim.x - 1 - (int)blockIdx.x, kh = blockIdx.y, q0 = qt * bq;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
 	const int pos0 = *d_pos;
-	const int kend = pos0 + min(q0 + bq - 1, n - 1); /* last key any row sees */
+	int kend = pos0 + min(q0 + bq - 1, n - 1); /* last key any row sees */
 	int kbeg = window > 0 && pos0 + q0 - window + 1 > 0 ? pos0 + q0 - window + 1 : 0;
-	if constexpr (X3)
+	if constexpr (X3) {
 		kbeg &= ~7; /* every tile's first key a multiple of 8: row jj's swizzle is jj & 7 */
+		if (part) { /* keys split: this block's segment (blockIdx.z) only */
+			kbeg = max(kbeg, (int)blockIdx.z * span);
+			kend = min(kend, (int)blockIdx.z * span + span - 1);
+			if (kend < kbeg)
+				return; /* no row of the block sees a key here: k_attn_merge reads no partial of it */
+		}
+	}
 	const int nt = (kend - kbeg) / KT + 1;
 	auto issue = [&](int it) {
 		const int j0 = kbeg + it * KT;
@@ -5087,6 +5109,7 @@ __global__ void __launch_bounds__(32 * NW)
 		const int r = min(warp * 16 + g + 8 * h, R - 1), t = min(q0 + r / rep, n - 1);
 		rp[h] = pos0 + t;
 		rlo[h] = window > 0 && rp[h] - window + 1 > 0 ? rp[h] - window + 1 : 0;
+		rp[h] = min(rp[h], kend); /* a segment's last key (else kend >= rp: no change) */
 	}
 	/* the keys any of the warp's rows sees: [wlo, whi] */
 	const int whi = pos0 + min(q0 + min(warp * 16 + 15, R - 1) / rep, n - 1);
@@ -5357,6 +5380,18 @@ __global__ void __launch_bounds__(32 * NW)
 		const int r = warp * 16 + g + 8 * h, t = q0 + r / rep;
 		if (r >= R || t >= n)
 			continue;
+		if (X3 && part) {
+			/* k_attn_merge's partial of segment blockIdx.z: the max in
+			 * natural-log units, the sum, the unnormalized output (O E); a
+			 * row that sees no key here (m -inf, l 0) is not read */
+			float *pp = part + (((size_t)t * nh + kh * rep + r % rep) * gridDim.z + blockIdx.z) * (HD + 2);
+			if (tq == 0)
+				*(float2 *)pp = make_float2(m[h] * 0.69314718055994531f, l[h]);
+#pragma unroll
+			for (int d = 0; d < NDN; d++)
+				*(float2 *)(pp + 2 + 8 * d + 2 * tq) = make_float2(o[d][2 * h] * E, o[d][2 * h + 1] * E);
+			continue;
+		}
 		const float inv = (X3 ? E : 1.0f) / l[h];
 		float *op = out + ((size_t)t * nh + kh * rep + r % rep) * HD + 2 * tq;
 #pragma unroll
@@ -5370,10 +5405,12 @@ __global__ void __launch_bounds__(32 * NW)
  * or 256 (X3: 64 or 128) and rep fits a block's rows; 1 (not launched)
  * elsewhere: the caller takes k_attn_flash. The caller checked n >= 16 and
  * the 16-byte alignment. */
-/* X3: k_kv_split first (grid-stride; at most 8 blocks of 256 a SM) */
+/* X3: k_kv_split first (grid-stride; at most 8 blocks of 256 a SM); with
+ * part (grid.z segments of span keys), k_attn_merge after */
 template <int HD, int NW, bool X3>
 static int ft_launch(dim3 grid, const float *q, const float *kcache, const float *vcache, __half *kvs, int maxk,
-		      float *out, int n, const int *d_pos, int nh, int nkv, float scale, int window, float softcap)
+		      float *out, int n, const int *d_pos, int nh, int nkv, float scale, int window, float softcap,
+		      float *part, int span)
 {
 	if constexpr (X3) {
 		const size_t rows = (size_t)maxk * nkv * 2, cap = (size_t)g_sms * 8;
@@ -5382,8 +5419,13 @@ static int ft_launch(dim3 grid, const float *q, const float *kcache, const float
 		LAUNCHED("k_kv_split");
 	}
 	k_attn_fa16<HD, NW, X3><<<grid, 32 * NW, ft_smem(HD, NW, X3), g_stream>>>(
-		q, kcache, vcache, kvs, maxk, out, n, nh, nkv, scale, window, softcap, d_pos);
+		q, kcache, vcache, kvs, maxk, out, n, nh, nkv, scale, window, softcap, d_pos, part, span);
 	LAUNCHED("k_attn_fa16");
+	if (part) {
+		k_attn_merge<<<dim3(n, nh), HD < 128 ? 128 : 256, 0, g_stream>>>(part, out, nh, HD, (int)grid.z, span,
+									       window, d_pos);
+		LAUNCHED("k_attn_merge");
+	}
 	return 0;
 }
 
@@ -5398,18 +5440,34 @@ static int ft_try_nw(const float *q, const float *kcache, const float *vcache, f
 		return 1;
 	dim3 grid((n + bq - 1) / bq, nkv);
 	__half *kvs = (__half *)scratch;
+	/* X3 with blocks for less than half the SMs (a short prompt call after
+	 * cached keys: 16 queries after 4000 keys took 346 us on 8 blocks,
+	 * H100): the keys split into the chunk kernels' segments (att_chunk:
+	 * at most 8), a block per (query tile, kv head, segment) */
+	float *part = NULL;
+	int span = 0;
+	if (X3 && n <= FT_SPLIT_N) {
+		span = att_chunk(n, maxk);
+		const int nc = (maxk + span - 1) / span;
+		if (nc > 1 && (int)grid.x * nkv * 2 <= g_sms) {
+			grid.z = (unsigned)nc;
+			part = (float *)((char *)scratch + kv_planes_bytes(nkv, maxk, hd));
+		}
+	}
 	int r = 0;
 	if (hd == 64)
-		r = ft_launch<64, NW, X3>(grid, q, kcache, vcache, kvs, maxk, out, n, d_pos, nh, nkv, scale, window, softcap);
+		r = ft_launch<64, NW, X3>(grid, q, kcache, vcache, kvs, maxk, out, n, d_pos, nh, nkv, scale, window, softcap,
+					  part, span);
 	else if (hd == 128)
 		r = ft_launch<128, NW, X3>(grid, q, kcache, vcache, kvs, maxk, out, n, d_pos, nh, nkv, scale, window,
-					   softcap);
+					   softcap, part, span);
 	else if constexpr (!X3)
 		r = ft_launch<256, NW, false>(grid, q, kcache, vcache, kvs, maxk, out, n, d_pos, nh, nkv, scale, window,
-					      softcap);
+					      softcap, part, span);
 	if (r)
 		return r;
 	g_path[X3 ? KC_PATH_ATT_X3 : KC_PATH_ATT_F16]++;
+	g_path[KC_PATH_ATT_X3_SPLIT] += part != NULL;
 	return 0;
 }
 

@@ -294,6 +294,9 @@ typedef enum {
 	KC_PATH_ATT_X3,     /* kc_attention on the tensor cores at f32-class
 			     * accuracy (k_attn_fa16's X3 variant:
 			     * kc_attention_impl 0 and 7, n >= 16, head_dim 64 / 128) */
+	KC_PATH_ATT_X3_SPLIT, /* ... of them with the keys split into segments,
+			       * merged after (at most 256 queries on blocks for
+			       * less than half the SMs, more than one segment) */
 	KC_PATH_COUNT
 } kc_path;
 /* Calls that took path p since the start or kc_path_reset; 0 for p out of range. */

@@ -1591,6 +1591,7 @@ att:
 	 * tile and across tiles, soft-cap, n = 16 and n not a multiple of 16 or
 	 * of the 64-key tile, pos0 > 0 (a later chunk of a prompt), partial
 	 * last row blocks (rep 3: 21 or 42 queries a block, 63 or 126 rows). */
+	const uint64_t x3s = kc_path_count(KC_PATH_ATT_X3_SPLIT);
 	test_prefill_attention(R, 37, 5, 4, 1, 64, 16, 50.0f);    /* window, softcap */
 	test_prefill_attention(R, 20, 0, 16, 1, 256, 0, 0);       /* rep 16, head_dim 256 */
 	test_prefill_attention(R, 300, 20, 6, 2, 96, 0, 0);       /* rep 3 (21 queries per block), head_dim 96 */
@@ -1616,6 +1617,9 @@ att:
 	test_prefill_attention(R, 300, 0, 8, 1, 128, 0, 0);       /* rep 8 over one kv head */
 	test_prefill_attention(R, 20, 5000, 8, 2, 64, 3000, 0);   /* 5025 keys: the chunk kernels' 768-key chunks, window */
 	test_prefill_attention(R, 100, 613, 8, 2, 128, 100, 0);   /* window past key 0: k_kv_split from key 512 */
+	/* X3's key split ran (and was compared above): n = 16 after 4000 keys
+	 * is one query tile per kv head, 8 blocks, 8 segments of 512 keys */
+	expect(kc_path_count(KC_PATH_ATT_X3_SPLIT) > x3s, "attention x3 split the keys of a short call after 4000 keys");
 	/* decode (n = 1): the split kernel (impl 0, 2 with twice its blocks, 3
 	 * run 22's kernel without the pipelined loads and online merge, 4 without
 	 * the pipelined loads) and the
