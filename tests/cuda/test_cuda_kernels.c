@@ -1605,6 +1605,7 @@ att:
 	test_prefill_attention(R, 100, 37, 8, 8, 128, 0, 0);      /* MHA (rep 1: 64 queries a block), odd pos0 */
 	test_prefill_attention_mag(R, 200, 70, 32, 8, 128, 1e4f, 1e-4f, 1e5f);  /* q, v beyond f16, k tiny */
 	test_prefill_attention_mag(R, 200, 70, 32, 8, 64, 1e-5f, 3e5f, 1e-6f);  /* q, v below f16's normals */
+	test_prefill_attention_mag(R, 32, 2000, 32, 8, 128, 1e4f, 1e-4f, 1e5f); /* the same on X3's 8 key segments */
 	test_prefill_attention(R, 129, 0, 8, 8, 64, 50, 0);       /* MHA, window 50 inside the 64-key tiles */
 	test_prefill_attention(R, 77, 0, 16, 2, 128, 0, 30.0f);   /* rep 8, softcap */
 	test_prefill_attention(R, 513, 100, 32, 4, 128, 1000, 0); /* rep 8, window of 1000 across many tiles */
@@ -1617,6 +1618,7 @@ att:
 	test_prefill_attention(R, 300, 0, 8, 1, 128, 0, 0);       /* rep 8 over one kv head */
 	test_prefill_attention(R, 20, 5000, 8, 2, 64, 3000, 0);   /* 5025 keys: the chunk kernels' 768-key chunks, window */
 	test_prefill_attention(R, 100, 613, 8, 2, 128, 100, 0);   /* window past key 0: k_kv_split from key 512 */
+	test_prefill_attention(R, 40, 3000, 16, 2, 128, 0, 30.0f); /* rep 8, softcap: X3 on 6 segments of 512 keys */
 	/* X3's key split ran (and was compared above): n = 16 after 4000 keys
 	 * is one query tile per kv head, 8 blocks, 8 segments of 512 keys */
 	expect(kc_path_count(KC_PATH_ATT_X3_SPLIT) > x3s, "attention x3 split the keys of a short call after 4000 keys");
