@@ -310,6 +310,11 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 	const int H = c->hidden, hd = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
 	const int qd = nh * hd, kvd = nkv * hd, I = c->inter;
 	const int one = c->norm_add_one;
+	/* the attention's max_keys: the keys this call sees where they are known
+	 * here (n > 1 is never captured: fewer chunks and segments, X3 splits
+	 * keys only where there are several segments of them); the cache size
+	 * for a step (n == 1, a captured graph replays it at every position) */
+	const int mk = n > 1 ? s->pos + n : s->ctx;
 	if (kc_embed(&g->embed, d_tok, n, c->embed_scale, s->x))
 		return -1;
 	/* first attention norm (unless q/k/v norms x); afterwards residual_step */
@@ -354,7 +359,7 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 		if (!(sk & GPU_SKIP_ATT) && kc_qk_rope_attention(q, k, v, n, nh, nkv, hd, c->rot_dim, s->d_pos, inv_freq, c->rope_mscale,
 					 c->qk_norm ? L->q_norm : NULL, c->qk_norm ? L->k_norm : NULL, c->eps, one, kc,
 					 vc, s->att, c->attn_scale, c->sliding[l] ? c->window : 0, c->attn_softcap,
-					 s->ctx, s->att_scratch))
+					 mk, s->att_scratch))
 			return -1;
 		if (!(sk & GPU_SKIP_O) && residual_step(g, s, &L->o, s->att, NULL, L->o_bias, c->sandwich ? L->post_attn_norm : NULL, L->ffn_norm,
 				  n, gn))

@@ -4427,11 +4427,19 @@ static size_t kv_planes_bytes(int nkv, int max_keys, int hd)
 /* The largest of: the chunk kernels' partials; k_attn_split's (n = 1);
  * X3's planes (n >= 16, head_dim 64/128) followed by its split partials
  * (as the chunk kernels', for at most FT_SPLIT_N queries). Never smaller
- * for a larger n, so one scratch sized for the largest call serves all. */
+ * for a larger max_keys, nor for a larger n within n < 16 or n >= 16: the
+ * forward's one scratch (the larger of n = 15 and its largest call, at
+ * the cache size) serves every call. */
 extern "C" size_t kc_attention_scratch(int n, int nh, int nkv, int hd, int max_keys)
 {
-	int chunk = att_chunk(n, max_keys);
-	size_t nc = (size_t)(max_keys + chunk - 1) / chunk;
+	/* chunks: at most this for any max_keys' <= max_keys (att_chunk's count
+	 * itself is not monotone: 2048 keys make 8 chunks, 2049 make 5), so a
+	 * scratch sized for the cache serves a call passing fewer keys */
+	size_t nc = (size_t)(max_keys + AD_CH - 1) / AD_CH;
+	if (n >= 16) {
+		nc = (size_t)(max_keys + KC_ATT_CHUNK - 1) / KC_ATT_CHUNK;
+		nc = nc < 8 ? nc : 8;
+	}
 	size_t c = (size_t)n * nh * nc * (hd + 2) * sizeof(float);
 	size_t a = (size_t)nh * AS_SMAX * (hd + 4) * sizeof(float); /* k_attn_split (n = 1): defined below */
 	size_t x = 0;

@@ -209,8 +209,11 @@ int kc_softcap(float *x, size_t n, float cap);
  * (semantics of kernel_table.attention). Keys are cut into chunks of
  * KC_ATT_CHUNK (a multiple of it past 8 chunks); each (token, kv head, chunk) block reads its K/V rows once
  * for every q head of the GQA group, with an online softmax; a second
- * kernel merges the chunks. max_keys bounds *d_pos + n (the cache size);
- * scratch: kc_attention_scratch(n, nh, nkv, hd, max_keys) bytes (at n >=
+ * kernel merges the chunks. max_keys bounds *d_pos + n (the cache size, or
+ * the call's own keys where the caller knows them: fewer chunks; a call
+ * captured into a graph replayed at other positions needs the cache size);
+ * scratch: kc_attention_scratch(n, nh, nkv, hd, max_keys) bytes, enough for
+ * a smaller max_keys, and at n >= 16 for a smaller n >= 16 (at n >=
  * 16, head_dim 64 or 128: the K/V rows of the keys the call sees split
  * into f16 hi + lo for the f32-class tensor-core kernel, max_keys x nkv x
  * (8 hd + 8) bytes, 1 / n_layers of the caches). */
