@@ -5018,11 +5018,16 @@ __global__ void __launch_bounds__(256)
 	k_kv_split(const float *__restrict__ kc, const float *__restrict__ vc, __half *__restrict__ kvs, int nkv,
 		   int maxk, int n, int window, const int *d_pos)
 {
-	const int pos0 = *d_pos, kend = pos0 + n - 1;
+	/* rows below maxk only, whatever *d_pos holds (the caller's contract is
+	 * *d_pos + n <= maxk; a broken one gives wrong attention, never a
+	 * write past the planes) */
+	const int pos0 = *d_pos, kend = min(pos0 + n - 1, maxk - 1);
 	const int kb = (window > 0 && pos0 - window + 1 > 0 ? pos0 - window + 1 : 0) & ~7;
 	const int lane = threadIdx.x & 31;
 	const size_t plane = ft_plane(nkv, maxk, HD), nr = (size_t)nkv * maxk;
 	float *isc = (float *)(kvs + 4 * plane);
+	if (kend < kb)
+		return;
 	const size_t rows = (size_t)(kend - kb + 1) * nkv * 2;
 	for (size_t r = (size_t)blockIdx.x * 8 + (threadIdx.x >> 5); r < rows; r += (size_t)gridDim.x * 8) {
 		const int w = (int)(r & 1), h = (int)((r >> 1) % nkv), j = kb + (int)((r >> 1) / nkv);

@@ -1591,6 +1591,19 @@ att:
 	 * tile and across tiles, soft-cap, n = 16 and n not a multiple of 16 or
 	 * of the 64-key tile, pos0 > 0 (a later chunk of a prompt), partial
 	 * last row blocks (rep 3: 21 or 42 queries a block, 63 or 126 rows). */
+	/* the scratch sized for a cache covers calls passing fewer keys (the
+	 * forward passes the call's own keys; 2048 keys make 8 chunks of 256,
+	 * 2049 make 5 of 512) and calls of fewer queries from 16 up */
+	int covers = 1;
+	for (int mk = 2040; mk <= 2056; mk++)
+		for (int qn = 16; qn <= 1024; qn *= 4)
+			if (kc_attention_scratch(qn, 32, 8, 128, mk) > kc_attention_scratch(1024, 32, 8, 128, 2056) ||
+			    kc_attention_scratch(qn, 32, 8, 64, mk) > kc_attention_scratch(1024, 32, 8, 64, 2056) ||
+			    kc_attention_scratch(qn, 32, 8, 80, mk) > kc_attention_scratch(1024, 32, 8, 80, 2056))
+				covers = 0;
+	expect(covers, "kc_attention_scratch covers fewer keys and queries");
+	expect(kc_attention_scratch(15, 32, 8, 128, 2048) <= kc_attention_scratch(15, 32, 8, 128, 2049),
+	       "kc_attention_scratch grows with max_keys under 16 queries");
 	const uint64_t x3s = kc_path_count(KC_PATH_ATT_X3_SPLIT);
 	test_prefill_attention(R, 37, 5, 4, 1, 64, 16, 50.0f);    /* window, softcap */
 	test_prefill_attention(R, 20, 0, 16, 1, 256, 0, 0);       /* rep 16, head_dim 256 */
