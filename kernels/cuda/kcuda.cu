@@ -4411,8 +4411,15 @@ static int att_chunk(int n, int max_keys)
 {
 	if (n < 16)
 		return AD_CH;
-	const int span = 8 * KC_ATT_CHUNK;
-	return KC_ATT_CHUNK * ((max_keys + span - 1) / span > 1 ? (max_keys + span - 1) / span : 1);
+	const int m = (max_keys + 8 * KC_ATT_CHUNK - 1) / (8 * KC_ATT_CHUNK);
+	return KC_ATT_CHUNK * (m > 1 ? m : 1);
+}
+
+/* chunks of att_chunk(n, max_keys) keys covering max_keys */
+static int att_nchunks(int n, int max_keys)
+{
+	const int chunk = att_chunk(n, max_keys);
+	return (max_keys + chunk - 1) / chunk;
 }
 
 /* X3's calls of at most FT_SPLIT_N queries may split the keys (ft_try_nw) */
@@ -4440,12 +4447,12 @@ extern "C" size_t kc_attention_scratch(int n, int nh, int nkv, int hd, int max_k
 		nc = (size_t)(max_keys + KC_ATT_CHUNK - 1) / KC_ATT_CHUNK;
 		nc = nc < 8 ? nc : 8;
 	}
-	size_t c = (size_t)n * nh * nc * (hd + 2) * sizeof(float);
+	const size_t prow = (size_t)nh * nc * (hd + 2) * sizeof(float); /* one query's partials */
+	size_t c = (size_t)n * prow;
 	size_t a = (size_t)nh * AS_SMAX * (hd + 4) * sizeof(float); /* k_attn_split (n = 1): defined below */
 	size_t x = 0;
 	if (n >= 16 && (hd == 64 || hd == 128))
-		x = kv_planes_bytes(nkv, max_keys, hd) +
-		    (size_t)(n < FT_SPLIT_N ? n : FT_SPLIT_N) * nh * nc * (hd + 2) * sizeof(float);
+		x = kv_planes_bytes(nkv, max_keys, hd) + (size_t)(n < FT_SPLIT_N ? n : FT_SPLIT_N) * prow;
 	c = c > a ? c : a;
 	return c > x ? c : x;
 }
@@ -5413,13 +5420,9 @@ __global__ void __launch_bounds__(32 * NW)
 	}
 }
 
-/* k_attn_fa16 (kc_attention_impl 5: 4 warps, 64 rows a block; 6: 8 warps,
- * 128 rows; X3: the f32-class variant, 8 warps) where head_dim is 64, 128
- * or 256 (X3: 64 or 128) and rep fits a block's rows; 1 (not launched)
- * elsewhere: the caller takes k_attn_flash. The caller checked n >= 16 and
- * the 16-byte alignment. */
-/* X3: k_kv_split first (grid-stride; at most 8 blocks of 256 a SM); with
- * part (grid.z segments of span keys), k_attn_merge after */
+/* k_attn_fa16's launch; X3: k_kv_split first (grid-stride; at most 8
+ * blocks of 256 a SM); with part (grid.z segments of span keys),
+ * k_attn_merge after */
 template <int HD, int NW, bool X3>
 static int ft_launch(dim3 grid, const float *q, const float *kcache, const float *vcache, __half *kvs, int maxk,
 		      float *out, int n, const int *d_pos, int nh, int nkv, float scale, int window, float softcap,
@@ -5442,7 +5445,12 @@ static int ft_launch(dim3 grid, const float *q, const float *kcache, const float
 	return 0;
 }
 
-/* X3 needs the scratch (16-byte aligned) for k_kv_split's planes */
+/* k_attn_fa16 (kc_attention_impl 5: 4 warps, 64 rows a block; 6: 8 warps,
+ * 128 rows; X3: the f32-class variant, 8 warps) where head_dim is 64, 128
+ * or 256 (X3: 64 or 128), rep fits a block's rows and (X3) the scratch for
+ * k_kv_split's planes is given, 16-byte aligned; 1 (not launched)
+ * elsewhere: the caller takes k_attn_flash. The caller checked n >= 16 and
+ * the 16-byte alignment of the others. */
 template <int NW, bool X3>
 static int ft_try_nw(const float *q, const float *kcache, const float *vcache, float *out, int n, const int *d_pos,
 		     int nh, int nkv, int hd, float scale, int window, float softcap, int maxk, void *scratch)
@@ -5461,7 +5469,7 @@ static int ft_try_nw(const float *q, const float *kcache, const float *vcache, f
 	int span = 0;
 	if (X3 && n <= FT_SPLIT_N) {
 		span = att_chunk(n, maxk);
-		const int nc = (maxk + span - 1) / span;
+		const int nc = att_nchunks(n, maxk);
 		if (nc > 1 && (int)grid.x * nkv * 2 <= g_sms) {
 			grid.z = (unsigned)nc;
 			part = (float *)((char *)scratch + kv_planes_bytes(nkv, maxk, hd));
@@ -6214,7 +6222,7 @@ extern "C" int kc_attention(const float *q, const float *kcache, const float *vc
 			none);
 	if (as <= 0)
 		return as;
-	int chunk = att_chunk(n, max_keys), nchunks = (max_keys + chunk - 1) / chunk;
+	int chunk = att_chunk(n, max_keys), nchunks = att_nchunks(n, max_keys);
 	int rep = nh / nkv, ngroups = (rep + ATT_G - 1) / ATT_G;
 	dim3 grid(n, nkv * ngroups, nchunks);
 	if (chunk == AD_CH) {

@@ -207,8 +207,9 @@ int kc_glu(float *gate, const float *up, size_t n, int act);
 int kc_softcap(float *x, size_t n, float cap);
 /* Causal attention of n queries at positions *d_pos + t over the caches
  * (semantics of kernel_table.attention). Keys are cut into chunks of
- * KC_ATT_CHUNK (a multiple of it past 8 chunks); each (token, kv head, chunk) block reads its K/V rows once
- * for every q head of the GQA group, with an online softmax; a second
+ * KC_ATT_CHUNK (a multiple of it past 8 chunks); each (token, kv head,
+ * chunk) block reads its K/V rows once for every q head of the GQA group,
+ * with an online softmax; a second
  * kernel merges the chunks. max_keys bounds *d_pos + n (the cache size, or
  * the call's own keys where the caller knows them: fewer chunks; a call
  * captured into a graph replayed at other positions needs the cache size);

@@ -1582,15 +1582,6 @@ att:
 	kc_attention_impl(0);
 	for (int act = 0; act < 3; act++)
 		test_glu(R, act);
-	/* prefill (n >= 16) takes the f32-class tensor-core kernel for
-	 * head_dim 64/128, else the tiled kernel; the same cases and an
-	 * 8B-like prompt on it, on the tiled kernel (impl 8), the chunk kernels
-	 * and the f16 tensor-core kernel (impls 5, 6: head_dim 64/128/256; the
-	 * others fall back to the tiled kernel, and the case checks that they
-	 * did). For the tensor-core kernels: GQA rep 1/2/3/4/8/16, head_dim 64/128/256, windows inside a
-	 * tile and across tiles, soft-cap, n = 16 and n not a multiple of 16 or
-	 * of the 64-key tile, pos0 > 0 (a later chunk of a prompt), partial
-	 * last row blocks (rep 3: 21 or 42 queries a block, 63 or 126 rows). */
 	/* the scratch sized for a cache covers calls passing fewer keys (the
 	 * forward passes the call's own keys; 2048 keys make 8 chunks of 256,
 	 * 2049 make 5 of 512) and calls of fewer queries from 16 up */
@@ -1604,6 +1595,15 @@ att:
 	expect(covers, "kc_attention_scratch covers fewer keys and queries");
 	expect(kc_attention_scratch(15, 32, 8, 128, 2048) <= kc_attention_scratch(15, 32, 8, 128, 2049),
 	       "kc_attention_scratch grows with max_keys under 16 queries");
+	/* prefill (n >= 16) takes the f32-class tensor-core kernel for
+	 * head_dim 64/128, else the tiled kernel; the same cases and an
+	 * 8B-like prompt on it, on the tiled kernel (impl 8), the chunk kernels
+	 * and the f16 tensor-core kernel (impls 5, 6: head_dim 64/128/256; the
+	 * others fall back to the tiled kernel, and the case checks that they
+	 * did). For the tensor-core kernels: GQA rep 1/2/3/4/8/16, head_dim 64/128/256, windows inside a
+	 * tile and across tiles, soft-cap, n = 16 and n not a multiple of 16 or
+	 * of the 64-key tile, pos0 > 0 (a later chunk of a prompt), partial
+	 * last row blocks (rep 3: 21 or 42 queries a block, 63 or 126 rows). */
 	const uint64_t x3s = kc_path_count(KC_PATH_ATT_X3_SPLIT);
 	test_prefill_attention(R, 37, 5, 4, 1, 64, 16, 50.0f);    /* window, softcap */
 	test_prefill_attention(R, 20, 0, 16, 1, 256, 0, 0);       /* rep 16, head_dim 256 */
