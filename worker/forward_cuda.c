@@ -386,7 +386,7 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 				glu_u = up;
 			else if (kc_glu(gt, up, (size_t)n * I, c->act))
 				return -1;
-		} else if (n > 1 && !gn) {
+		} else if (n > 1) { /* gn is 0: fuse_on is for n == 1 */
 			const kq_matrix *ms[2] = {&L->gate, &L->up};
 			float *ys[2] = {gt, up};
 			if (kc_linear_multi(2, ms, s->xb, n, NULL, ys))
@@ -466,10 +466,10 @@ static int capture_step(const gpu_model *g, gpu_state *s, kc_graph **graph, int 
 static int launch_step(gpu_state *s, kc_graph *graph)
 {
 	int p = s->pos;
-	if (kc_graph_launch(graph) || kc_stage_int(s->d_hist + p, p % KC_STAGE_SLOTS))
+	if (kc_graph_launch(graph))
 		return -1;
-	s->pos++;
-	return 0;
+	s->pos++; /* the replay advances *d_pos: keep the host's pos with it */
+	return kc_stage_int(s->d_hist + p, p % KC_STAGE_SLOTS);
 }
 
 typedef struct {
@@ -506,8 +506,10 @@ int gpu_decode_greedy(const gpu_model *g, gpu_state *s, int steps, int *out)
 	if (ensure_step(g, s))
 		return -1;
 	for (int i = 0; i < steps; i++)
-		if (kc_graph_launch(s->step))
+		if (kc_graph_launch(s->step)) {
+			s->pos += i; /* the i queued replays advance *d_pos */
 			return -1;
+		}
 	s->pos += steps;
 	if (kc_download(out, s->d_hist + p0, (size_t)steps * sizeof(int)))
 		return -1;
