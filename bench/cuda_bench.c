@@ -196,7 +196,7 @@ static void run(const shape *sh, double bw, result *r)
 	const int PF = 4096, DEC = 64;
 	int ctx = PF + 3 * DEC + 64;
 	gpu_state s;
-	if (gpu_state_init(&s, &g, ctx, PF))
+	if (gpu_state_init(&s, &g, ctx, PF, 1))
 		die("state");
 	int *ids = malloc(PF * sizeof(int)), out[3 * 64];
 	for (int i = 0; i < PF; i++)

@@ -301,7 +301,7 @@ int exec_greedy(session *s, const int *ids, size_t n, int gen, int *out, wc_erro
 		return -1;
 	s->st.pos = 0;
 	for (size_t done = 0; done < n;) {
-		size_t step = n - done < (size_t)s->st.max_batch ? n - done : (size_t)s->st.max_batch;
+		size_t step = n - done < (size_t)s->prefill_batch ? n - done : (size_t)s->prefill_batch;
 		if (session_forward(s, ids + done, (int)step, 0))
 			goto fail;
 		done += step;

@@ -174,14 +174,15 @@ void gpu_model_free(gpu_model *g)
 
 /* ---- state ---- */
 
-int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch)
+int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch, int logit_rows)
 {
 	const model_config *c = &g->cfg;
 	memset(s, 0, sizeof(*s));
-	if (ctx < 1 || max_batch < 1)
+	if (ctx < 1 || max_batch < 1 || logit_rows < 1 || logit_rows > max_batch)
 		return -1;
 	s->ctx = ctx;
 	s->max_batch = max_batch;
+	s->logit_rows = logit_rows;
 	size_t B = (size_t)max_batch, H = (size_t)c->hidden;
 	size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
 	size_t wide = H > qd ? H : qd;
@@ -202,7 +203,7 @@ int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch)
 	s->gate = kc_malloc(B * (size_t)c->inter * 4);
 	s->up = kc_malloc(B * (size_t)c->inter * 4);
 	s->fused = c->fused_qkv ? kc_malloc(B * fused * 4) : NULL;
-	s->logits = kc_malloc(B * (size_t)c->vocab * 4);
+	s->logits = kc_malloc((size_t)logit_rows * (size_t)c->vocab * 4);
 	s->att_scratch = kc_malloc(sc1 > scb ? sc1 : scb);
 	s->d_pos = kc_malloc(sizeof(int));
 	s->d_tokens = kc_malloc(B * sizeof(int));
@@ -421,7 +422,7 @@ static int queue_forward(const gpu_model *g, gpu_state *s, const int *d_tok, int
 
 int gpu_forward(const gpu_model *g, gpu_state *s, const int *tokens, int n, int all_logits)
 {
-	if (n < 1 || n > s->max_batch || s->pos + n > s->ctx)
+	if (n < 1 || n > s->max_batch || (all_logits && n > s->logit_rows) || s->pos + n > s->ctx)
 		return -1;
 	for (int t = 0; t < n; t++)
 		if (tokens[t] < 0 || tokens[t] >= g->cfg.vocab)
@@ -436,6 +437,8 @@ int gpu_forward(const gpu_model *g, gpu_state *s, const int *tokens, int n, int 
 
 int gpu_logits(const gpu_model *g, const gpu_state *s, float *out, int rows)
 {
+	if (rows < 1 || rows > s->logit_rows)
+		return -1;
 	return kc_download(out, s->logits, (size_t)rows * (size_t)g->cfg.vocab * sizeof(float));
 }
 

@@ -41,10 +41,11 @@ typedef struct {
 
 typedef struct {
 	int ctx, max_batch;
+	int logit_rows;         /* rows of logits (<= max_batch): all_logits calls' n */
 	int pos;               /* host mirror of *d_pos */
 	float *k, *v;          /* [n_layers][ctx][n_kv_heads][head_dim] */
 	float *x, *xb, *q, *kk, *vv, *att, *tmp, *gate, *up, *fused; /* [max_batch][...] */
-	float *logits;         /* [max_batch][vocab] */
+	float *logits;         /* [logit_rows][vocab] */
 	void *att_scratch;
 	int *d_pos;            /* [1] position of the next token */
 	int *d_tokens;         /* [max_batch] input ids */
@@ -67,7 +68,7 @@ void gpu_model_free(gpu_model *g);
 enum { GPU_SKIP_QKV = 1, GPU_SKIP_ATT = 2, GPU_SKIP_O = 4, GPU_SKIP_GLU = 8, GPU_SKIP_DOWN = 16, GPU_SKIP_LM = 32 };
 int gpu_forward_skip(int mask);
 
-int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch);
+int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch, int logit_rows);
 void gpu_state_free(gpu_state *s);
 /* Drops the cache (next forward starts at position 0). */
 void gpu_state_reset(gpu_state *s);
@@ -75,9 +76,11 @@ void gpu_state_reset(gpu_state *s);
 /* model_forward on the device: n tokens (host ids) at s->pos; logits stay
  * in s->logits (device): [n][vocab] if all_logits, else the last row.
  * Queued, except the upload of the ids. Returns 0, or -1 (context full,
- * bad id, or a CUDA error: kc_error()). */
+ * n > max_batch, all_logits with n > logit_rows, bad id, or a CUDA error:
+ * kc_error()). */
 int gpu_forward(const gpu_model *g, gpu_state *s, const int *tokens, int n, int all_logits);
-/* Copies `rows` rows of logits to the host (waits for the queued work). */
+/* Copies `rows` (<= logit_rows) rows of logits to the host (waits for the
+ * queued work). */
 int gpu_logits(const gpu_model *g, const gpu_state *s, float *out, int rows);
 /* Greedy decoding on the device from the logits in s->logits (row 0, as a
  * forward with all_logits == 0 leaves them): `steps` replays of the

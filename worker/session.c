@@ -116,7 +116,9 @@ int session_init(session *s, const mf_files *f, int ctx, char *err, size_t errle
 		ctx = 4096;
 	if (ctx > c->max_pos)
 		ctx = c->max_pos;
-	const int batch = s->gpu ? SESSION_PREFILL_BATCH_GPU : SESSION_PREFILL_BATCH;
+	/* batch: the host state's rows (on a GPU only logits rows) */
+	const int batch = s->gpu ? SESSION_LOGITS_BATCH_GPU : SESSION_PREFILL_BATCH;
+	s->prefill_batch = s->gpu ? SESSION_PREFILL_BATCH_GPU : SESSION_PREFILL_BATCH;
 	if (model_check_memory(c, s->m.weight_bytes, ctx, batch, s->gpu != NULL, err, errlen))
 		goto fail;
 	if (model_state_init(&s->st, &s->m, s->gpu ? 1 : ctx, batch)) {
@@ -376,7 +378,7 @@ int session_generate(session *s, const int *ids, size_t n, const gen_params *p, 
 	}
 	const int dev = dev_greedy || dev_sample;
 	for (size_t done = keep; done < n;) {
-		size_t step = n - done < (size_t)s->st.max_batch ? n - done : (size_t)s->st.max_batch;
+		size_t step = n - done < (size_t)s->prefill_batch ? n - done : (size_t)s->prefill_batch;
 		int copy = !dev || done + step < n;
 		if (s->gpu ? s->gpu->forward(s, ids + done, (int)step, 0, copy)
 			   : model_forward(&s->m, &s->st, ids + done, (int)step, 0)) {

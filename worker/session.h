@@ -24,9 +24,12 @@
 /* Prompt tokens per forward call on a GPU: the tensor-core GEMM and the
  * prompt attention want large n (cuda-bench: Llama-3.2-1B prefill of 4096
  * tokens 28.8K tok/s in one call against 13.7K through the worker in
- * 256-token calls). The host keeps batch x vocab floats of logits
- * scratch (touched only when every row's logits are asked for). */
-#define SESSION_PREFILL_BATCH_GPU 1024
+ * 256-token calls; 1024-token calls still lost ~10% at 4096 tokens on the
+ * 1B and 4B shapes against one call, H100, 2026-12-06). Calls that ask for
+ * every row's logits (exec_logits) take at most SESSION_LOGITS_BATCH_GPU
+ * tokens: the host and the device keep that many rows of vocab floats. */
+#define SESSION_PREFILL_BATCH_GPU 4096
+#define SESSION_LOGITS_BATCH_GPU 1024
 
 struct session_gpu;
 
@@ -40,11 +43,12 @@ typedef struct session {
 	int stop_ids[16];
 	int n_stop_ids;
 	model_state st;
+	int prefill_batch;    /* prompt tokens per forward call (>= st.max_batch) */
 	int *cache_ids;       /* ids whose K/V are in st (st.pos of them) */
 	size_t cache_cap;
 	/* A device that runs the forward pass (set before session_init; NULL:
 	 * the CPU). With one, st keeps only the host logits the sampler reads
-	 * ([max_batch][vocab]); st.pos and st.ctx are still the cache's
+	 * ([max_batch][vocab]: the rows of an all-logits call); st.pos and st.ctx are still the cache's
 	 * position and size, its K/V live on the device (gh). */
 	const struct session_gpu *gpu;
 	void *gh;
@@ -57,8 +61,8 @@ typedef struct session_gpu {
 	 * s->device. */
 	int (*open)(session *s, int ctx, char *err, size_t errlen);
 	void (*close)(session *s);
-	/* model_forward on the device at s->st.pos (n <= st.max_batch);
-	 * s->st.pos += n. copy: the logits rows to s->st.logits ([n][vocab]
+	/* model_forward on the device at s->st.pos (n <= prefill_batch;
+	 * all_logits: n <= st.max_batch); s->st.pos += n. copy: the logits rows to s->st.logits ([n][vocab]
 	 * if all_logits, else the last row). */
 	int (*forward)(session *s, const int *ids, int n, int all_logits, int copy);
 	/* One greedy step chosen on the device from the current logits, for

@@ -71,7 +71,7 @@ static int cu_open(session *s, int ctx, char *err, size_t errlen)
 		free(h);
 		return -1;
 	}
-	if (gpu_state_init(&h->st, &h->g, ctx, s->st.max_batch)) {
+	if (gpu_state_init(&h->st, &h->g, ctx, s->prefill_batch, s->st.max_batch)) {
 		snprintf(err, errlen, "cuda: the %d-token cache and scratch: %s", ctx, kc_error());
 		gpu_model_free(&h->g);
 		free(h);

@@ -95,7 +95,7 @@ static void check_prompt(const char *label, const model *m, const gpu_model *g, 
 	int ctx = n + GEN + 8;
 	model_state cs;
 	gpu_state gs;
-	if (model_state_init(&cs, m, ctx, n) || gpu_state_init(&gs, g, ctx, n + GEN))
+	if (model_state_init(&cs, m, ctx, n) || gpu_state_init(&gs, g, ctx, n + GEN, n + GEN))
 		die("state");
 	/* 1. prefill logits */
 	float *cl = malloc((size_t)n * V * 4), *gl = malloc((size_t)(n + GEN) * V * 4);
