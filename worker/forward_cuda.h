@@ -68,6 +68,9 @@ void gpu_model_free(gpu_model *g);
 enum { GPU_SKIP_QKV = 1, GPU_SKIP_ATT = 2, GPU_SKIP_O = 4, GPU_SKIP_GLU = 8, GPU_SKIP_DOWN = 16, GPU_SKIP_LM = 32 };
 int gpu_forward_skip(int mask);
 
+/* The device cache of ctx tokens and the scratch of a call of up to
+ * max_batch tokens; logits for logit_rows (1 <= logit_rows <= max_batch)
+ * rows, what an all_logits call may ask for. */
 int gpu_state_init(gpu_state *s, const gpu_model *g, int ctx, int max_batch, int logit_rows);
 void gpu_state_free(gpu_state *s);
 /* Drops the cache (next forward starts at position 0). */
