@@ -523,8 +523,10 @@ int gpu_set_pos(gpu_state *s, int pos)
 {
 	if (pos < 0 || pos > s->ctx)
 		return -1;
+	if (kc_upload(s->d_pos, &pos, sizeof(int)))
+		return -1; /* s->pos stays with *d_pos as it was */
 	s->pos = pos;
-	return kc_upload(s->d_pos, &pos, sizeof(int));
+	return 0;
 }
 
 int gpu_greedy_queue(const gpu_model *g, gpu_state *s)

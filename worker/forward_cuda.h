@@ -88,7 +88,8 @@ int gpu_logits(const gpu_model *g, const gpu_state *s, float *out, int rows);
 /* Greedy decoding on the device from the logits in s->logits (row 0, as a
  * forward with all_logits == 0 leaves them): `steps` replays of the
  * captured step; out[i] = the i-th chosen id. The KV cache then holds the
- * chosen ids too (steps more positions). Returns 0 or -1. */
+ * chosen ids too (steps more positions). Returns 0 or -1; s->pos counts
+ * the replays that were queued either way (it stays equal to *d_pos). */
 int gpu_decode_greedy(const gpu_model *g, gpu_state *s, int steps, int *out);
 
 /* Moves the cache position (host and device) to pos <= ctx: what lies at
@@ -99,7 +100,9 @@ int gpu_set_pos(gpu_state *s, int pos);
  * forward pass) and an asynchronous copy of that token to a pinned slot;
  * s->pos += 1. Nothing waits: several steps can be queued before the first
  * token is read with gpu_greedy_token. At most KC_STAGE_SLOTS steps may be
- * in flight. Returns 0, or -1 (context full, CUDA error). */
+ * in flight. Returns 0, or -1 (context full, CUDA error). On -1 after the
+ * step was queued (the token's copy failed) s->pos has still moved with
+ * *d_pos, but that step's token cannot be read. */
 int gpu_greedy_queue(const gpu_model *g, gpu_state *s);
 /* The token that the step queued for position pos chose (waits for that
  * step only). */

@@ -48,8 +48,9 @@ typedef struct session {
 	size_t cache_cap;
 	/* A device that runs the forward pass (set before session_init; NULL:
 	 * the CPU). With one, st keeps only the host logits the sampler reads
-	 * ([max_batch][vocab]: the rows of an all-logits call); st.pos and st.ctx are still the cache's
-	 * position and size, its K/V live on the device (gh). */
+	 * ([max_batch][vocab]: the rows of an all-logits call); st.pos and
+	 * st.ctx are still the cache's position and size, its K/V live on the
+	 * device (gh). */
 	const struct session_gpu *gpu;
 	void *gh;
 	char device[96];      /* "cpu (N threads, kernels)" or the GPU's name */
@@ -62,8 +63,8 @@ typedef struct session_gpu {
 	int (*open)(session *s, int ctx, char *err, size_t errlen);
 	void (*close)(session *s);
 	/* model_forward on the device at s->st.pos (n <= prefill_batch;
-	 * all_logits: n <= st.max_batch); s->st.pos += n. copy: the logits rows to s->st.logits ([n][vocab]
-	 * if all_logits, else the last row). */
+	 * all_logits: n <= st.max_batch); s->st.pos += n. copy: the logits
+	 * rows to s->st.logits ([n][vocab] if all_logits, else the last row). */
 	int (*forward)(session *s, const int *ids, int n, int all_logits, int copy);
 	/* One greedy step chosen on the device from the current logits, for
 	 * position pos (steps queue without waiting; see

@@ -1477,7 +1477,7 @@ gemm:;
 						test_gemm(R, 160, groups[gi] * (1 + (k + bi + impl) % 4), bits[bi], groups[gi],
 							  (kdtype)dt, gemm_n[(k + impl) % 4]);
 		test_gemm(R, 300, 4096, 4, 64, KDT_F16, 200); /* real widths */
-		test_gemm(R, 200, 2048, 4, 64, KDT_BF16, 1024); /* n of one worker prefill call (SESSION_PREFILL_BATCH_GPU) */
+		test_gemm(R, 200, 2048, 4, 64, KDT_BF16, 1024); /* n of the worker's prefill calls before 2026-12-06 */
 		test_gemm(R, 257, 14336, 4, 64, KDT_BF16, 65);
 		test_gemm(R, 130, 4096, 8, 64, KDT_BF16, 600);
 		test_gemm(R, 129, 2048, 8, 128, KDT_F16, 77);
@@ -1610,7 +1610,7 @@ att:
 	test_prefill_attention(R, 300, 20, 6, 2, 96, 0, 0);       /* rep 3 (21 queries per block), head_dim 96 */
 	test_prefill_attention(R, 70, 600, 8, 8, 32, 100, 0);     /* MHA, window across tiles */
 	test_prefill_attention(R, 530, 0, 32, 8, 128, 0, 0);      /* 8B heads, partial last tile */
-	test_prefill_attention(R, 1024, 0, 32, 8, 64, 0, 0);      /* a 1024-token prefill call (SESSION_PREFILL_BATCH_GPU) */
+	test_prefill_attention(R, 1024, 0, 32, 8, 64, 0, 0);      /* a 1024-token prefill call */
 	test_prefill_attention(R, 1024, 1024, 32, 8, 64, 0, 0);   /* its second call, after 1024 cached keys */
 	test_prefill_attention(R, 65, 1000, 12, 4, 80, 300, 0);   /* head_dim 80, window, a later chunk of a prompt */
 	test_prefill_attention(R, 16, 0, 32, 8, 128, 0, 0);       /* n = 16: one row block */
