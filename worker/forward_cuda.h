@@ -41,7 +41,7 @@ typedef struct {
 
 typedef struct {
 	int ctx, max_batch;
-	int logit_rows;         /* rows of logits (<= max_batch): all_logits calls' n */
+	int logit_rows;        /* rows of logits (<= max_batch): all_logits calls' n */
 	int pos;               /* host mirror of *d_pos */
 	float *k, *v;          /* [n_layers][ctx][n_kv_heads][head_dim] */
 	float *x, *xb, *q, *kk, *vv, *att, *tmp, *gate, *up, *fused; /* [max_batch][...] */

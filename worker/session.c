@@ -116,10 +116,14 @@ int session_init(session *s, const mf_files *f, int ctx, char *err, size_t errle
 		ctx = 4096;
 	if (ctx > c->max_pos)
 		ctx = c->max_pos;
-	/* batch: the host state's rows (on a GPU only logits rows); a GPU's
-	 * calls and scratch no larger than the context */
-	const int batch = !s->gpu ? SESSION_PREFILL_BATCH : ctx < SESSION_LOGITS_BATCH_GPU ? ctx : SESSION_LOGITS_BATCH_GPU;
-	s->prefill_batch = !s->gpu ? SESSION_PREFILL_BATCH : ctx < SESSION_PREFILL_BATCH_GPU ? ctx : SESSION_PREFILL_BATCH_GPU;
+	/* batch: the host state's rows; on a GPU only logits rows, and the
+	 * GPU's calls and scratch no larger than the context */
+	int batch = SESSION_PREFILL_BATCH;
+	s->prefill_batch = SESSION_PREFILL_BATCH;
+	if (s->gpu) {
+		batch = ctx < SESSION_LOGITS_BATCH_GPU ? ctx : SESSION_LOGITS_BATCH_GPU;
+		s->prefill_batch = ctx < SESSION_PREFILL_BATCH_GPU ? ctx : SESSION_PREFILL_BATCH_GPU;
+	}
 	if (model_check_memory(c, s->m.weight_bytes, ctx, batch, s->gpu != NULL, err, errlen))
 		goto fail;
 	if (model_state_init(&s->st, &s->m, s->gpu ? 1 : ctx, batch)) {
